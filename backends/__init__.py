@@ -1,0 +1,1 @@
+"""Code generators and runners for partition plans (see backends/base.py)."""

@@ -1,0 +1,259 @@
+"""The cost model: the one function every strategy, the validator and the report use.
+
+For a fusion group ``G`` (all figures *modelled*, none measured):
+
+* ``bytes_read``: each distinct storage that ops in ``G`` read and that ``G`` does
+  not produce, counted once (literals are free; a view shares its input's bytes);
+* ``bytes_written``: each storage produced in ``G`` that is a graph output or is
+  read by an op outside ``G``;
+* ``launches``: 1, or 0 for a group made only of views;
+* ``time = launches * launch_overhead + (bytes_read + bytes_written) / bandwidth``;
+* ``roofline = launches * launch_overhead + max(bytes / bandwidth, Σ FLOP / peak)``.
+
+Budgets per group (estimates, checked against the hardware by ``legality.py``;
+their derivation is in ``docs/cost-model.md``): shared memory per block,
+registers per thread, kernel-parameter bytes, and the number of non-view ops.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .dtypes import accumulator_dtype, compute_dtype, itemsize
+from .group import Group
+from .hardware import Hardware
+from .ops import conv2d_output, matmul_shapes
+
+# Tiling the contraction template uses (one source for the estimate and the backend):
+# a 128x128 output tile per block of 256 threads, K stepped 32 at a time, operand
+# tiles double-buffered in shared memory (the classic CUTLASS-style SIMT/WMMA tiling).
+TILE_M, TILE_N, TILE_K, TILE_STAGES = 128, 128, 32, 2
+CONTRACTION_THREADS = 256
+# Reductions: 256 threads per block; a warp-level partial per warp goes through
+# shared memory for the block-level combine.
+REDUCTION_THREADS = 256
+WARP = 32
+# Register estimate: indices, loop bounds and the grid-stride counter.
+BASE_REGISTERS = 16
+# 64-bit address per tensor plus its 64-bit element count in the parameter space.
+PARAM_BYTES_PER_TENSOR = 16
+DEFAULT_MAX_OPS = 64
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Estimated resources of one group and the limits they are checked against.
+
+    Units: bytes (shared memory, parameters), 32-bit registers per thread, op count.
+    """
+
+    shared_memory: int
+    registers: int
+    kernel_params: int
+    ops: int
+    shared_memory_limit: int
+    registers_limit: int
+    kernel_params_limit: int
+    ops_limit: int
+
+    def over(self) -> list[tuple[str, int, int]]:
+        """(budget, used, limit) for every budget this group exceeds."""
+        checks = [
+            ("shared_memory", self.shared_memory, self.shared_memory_limit),
+            ("registers", self.registers, self.registers_limit),
+            ("kernel_params", self.kernel_params, self.kernel_params_limit),
+            ("ops", self.ops, self.ops_limit),
+        ]
+        return [c for c in checks if c[1] > c[2]]
+
+
+@dataclass(frozen=True)
+class GroupCost:
+    """Modelled cost of one group: bytes, launches, FLOP and times in microseconds."""
+
+    ops: tuple[str, ...]
+    kind: str
+    bytes_read: int
+    bytes_written: int
+    launches: int
+    flops: int
+    modeled_time_us: float
+    roofline_time_us: float
+    budgets: Budgets
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+def op_flops(group: Group) -> dict[str, int]:
+    """FLOP per compute op of the group (the registry's counts)."""
+    g = group.graph
+    out = {}
+    for op in group.compute:
+        operands = [g.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+        out[op.name] = op.spec.flops(operands, op.attrs, op.out)
+    return out
+
+
+def _compute_seconds(group: Group, hw: Hardware) -> float:
+    seconds = 0.0
+    for name, flops in op_flops(group).items():
+        op = group.graph.ops[name]
+        contraction = op.op_class == "contraction"
+        # Contractions run on tensor cores at their operand dtype; other math runs in float32.
+        dtype = op.promoted if contraction else compute_dtype(op.promoted)
+        seconds += flops / hw.peak_flops(dtype, contraction)
+    return seconds
+
+
+def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> GroupCost:
+    """The modelled cost and budgets of ``group`` on ``hw`` (no legality check)."""
+    moved = group.bytes_read + group.bytes_written
+    memory_s = moved / hw.bandwidth
+    launch_s = group.launches * hw.launch_overhead
+    flops = sum(op_flops(group).values())
+    return GroupCost(
+        ops=group.ops,
+        kind=group.kind,
+        bytes_read=group.bytes_read,
+        bytes_written=group.bytes_written,
+        launches=group.launches,
+        flops=flops,
+        modeled_time_us=(launch_s + memory_s) * 1e6,
+        roofline_time_us=(launch_s + max(memory_s, _compute_seconds(group, hw))) * 1e6,
+        budgets=budgets(group, hw, max_ops),
+    )
+
+
+def objective(group: Group, hw: Hardware) -> int:
+    """Integer objective of a group: ``launches * launch_bytes + bytes`` where
+    ``launch_bytes = launch_overhead * bandwidth`` is scaled to an integer with the
+    bytes by the same factor. Proportional to ``modeled_time``; exact (no rounding)."""
+    launch = hw.launch_bytes
+    return group.launches * launch.numerator + (group.bytes_read + group.bytes_written) * launch.denominator
+
+
+# ---------------------------------------------------------------- budgets
+
+
+def budgets(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Budgets:
+    """Estimated shared memory, registers, parameter bytes and op count of ``group``."""
+    return Budgets(
+        shared_memory=shared_memory(group),
+        registers=registers(group),
+        kernel_params=PARAM_BYTES_PER_TENSOR * (len(group.reads) + len(group.writes)),
+        ops=len(group.compute),
+        shared_memory_limit=hw.smem_per_block_optin_bytes,
+        registers_limit=hw.registers_per_thread,
+        kernel_params_limit=hw.kernel_param_bytes,
+        ops_limit=max_ops,
+    )
+
+
+def row_length(group: Group) -> int:
+    """Elements per reduced row of a reduction group (of its first reduction)."""
+    op = next(op for op in group.compute if op.op_class == "reduction")
+    return max(1, group.graph.tensor(op.tensor_inputs[0]).numel // max(1, op.out.numel))
+
+
+def buffered_rows(group: Group) -> dict[str, int]:
+    """Storages a reduction group keeps in shared memory, with bytes per block.
+
+    A value read by ops of two different stages (before and after a reduction it
+    feeds) is buffered for the row being processed: ``min(numel, row) * itemsize``
+    at its own dtype.
+    """
+    g = group.graph
+    stages_used: dict[str, set[int]] = {}
+    for op in group.compute:
+        stage = group.run_stage(op)
+        for base in g.storage_reads[op.name]:
+            stages_used.setdefault(base, set()).add(stage)
+    row = row_length(group)
+    return {
+        base: min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype)
+        for base, stages in stages_used.items()
+        if len(stages) > 1
+    }
+
+
+def _reduction_scratch(group: Group) -> int:
+    total = 0
+    for op in group.compute:
+        if op.op_class == "reduction":
+            acc = itemsize(accumulator_dtype(group.graph.tensor(op.tensor_inputs[0]).dtype))
+            index = 8 if op.kind in ("argmax", "argmin") else 0
+            total += (REDUCTION_THREADS // WARP) * (acc + index)
+    return total
+
+
+def contraction_dims(group: Group) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of the group's contraction as a GEMM (implicit GEMM for conv2d)."""
+    op = next(op for op in group.compute if op.op_class == "contraction")
+    shapes = [group.graph.tensor(t).shape for t in op.inputs[:2]]
+    if op.kind == "matmul":
+        batch, m, k, n, _ = matmul_shapes(shapes[0], shapes[1])
+        return math.prod(batch), m, n, k
+    n_, _, ho, wo = conv2d_output(shapes[0], shapes[1], op.attrs)
+    o, ci, kh, kw = shapes[1]
+    return op.attrs["groups"], n_ * ho * wo, o // op.attrs["groups"], ci * kh * kw
+
+
+def _contraction_tiles(group: Group) -> tuple[int, int, int, int]:
+    op = next(op for op in group.compute if op.op_class == "contraction")
+    _, m, n, k = contraction_dims(group)
+    return min(TILE_M, m), min(TILE_N, n), min(TILE_K, k), itemsize(op.promoted)
+
+
+def shared_memory(group: Group) -> int:
+    """Bytes of shared memory per block the group's kernel needs (estimate)."""
+    if group.kind == "reduction":
+        return sum(buffered_rows(group).values()) + _reduction_scratch(group)
+    if group.kind == "contraction":
+        bm, bn, bk, size = _contraction_tiles(group)
+        return (bm * bk + bk * bn) * size * TILE_STAGES
+    return 0
+
+
+def _words(dtype: str) -> int:
+    return 2 if itemsize(compute_dtype(dtype)) == 8 else 1
+
+
+def _peak_live_values(group: Group) -> int:
+    """Registers for values alive at once, walking the group's ops in order."""
+    g = group.graph
+    members = {op.name for op in group.compute}
+    last_use: dict[str, int] = {}
+    for position, op in enumerate(group.compute):
+        for t in op.tensor_inputs:
+            last_use[g.storage[t]] = position
+    live: dict[str, int] = {}
+    peak = 0
+    for position, op in enumerate(group.compute):
+        for t in op.tensor_inputs:
+            base = g.storage[t]
+            if base not in members:
+                live.setdefault(base, _words(g.tensor(base).dtype))
+        live[op.name] = _words(op.out.dtype)
+        peak = max(peak, sum(live.values()))
+        for base in [b for b in live if last_use.get(b, -1) <= position]:
+            del live[base]
+    return peak
+
+
+def registers(group: Group) -> int:
+    """32-bit registers per thread the group's kernel needs (estimate).
+
+    ``16`` for indexing, ``2`` per tensor address, the peak number of live values
+    (64-bit values count twice), and for a contraction its accumulator tile
+    (``TILE_M*TILE_N/threads`` float32 values) plus one operand fragment pair.
+    """
+    if group.kind == "view":
+        return 0
+    count = BASE_REGISTERS + 2 * (len(group.reads) + len(group.writes)) + _peak_live_values(group)
+    if group.kind == "contraction":
+        bm, bn, bk, _ = _contraction_tiles(group)
+        count += math.ceil(bm * bn / CONTRACTION_THREADS) + 2 * math.ceil(bk / 2)
+    return count

@@ -1,0 +1,261 @@
+"""The operator graph: ops, tensors, a ``networkx.DiGraph`` and reachability.
+
+A :class:`Graph` is built by ``loader.py`` and never mutated afterwards. Nodes of
+``Graph.dag`` are op names in topological order; an edge ``u -> v`` means ``v``
+reads the tensor ``u`` produces, and carries ``tensor`` (its name) and ``bytes``
+(its size in global memory). Graph inputs are tensors without a producer node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping
+
+import networkx as nx
+
+from .dtypes import Literal
+from .ops import REGISTRY, OpSpec, TensorType, normalize_axes
+
+
+@dataclass(frozen=True)
+class Op:
+    """One primitive op; its result is the tensor of the same name.
+
+    Attributes:
+        name: op and result tensor name.
+        kind: registry key (``"add"``, ``"matmul"``, ...).
+        inputs: tensor names and numeric literals, in operand order.
+        attrs: attributes with defaults filled in.
+        out: result shape and dtype (the stated dtype when the file gives one).
+        promoted: the dtype the op computes its result in before any stated cast.
+        origin: the composite op this primitive was expanded from, or ``None``.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[str | Literal, ...]
+    attrs: Mapping
+    out: TensorType
+    promoted: str
+    origin: str | None = None
+
+    @property
+    def spec(self) -> OpSpec:
+        return REGISTRY[self.kind]
+
+    @property
+    def op_class(self) -> str:
+        return self.spec.op_class
+
+    @property
+    def is_view(self) -> bool:
+        return self.spec.is_view
+
+    @property
+    def tensor_inputs(self) -> tuple[str, ...]:
+        """Distinct tensor operands, in first-use order."""
+        return tuple(dict.fromkeys(i for i in self.inputs if isinstance(i, str)))
+
+
+@dataclass
+class Graph:
+    """A loaded, validated operator graph (format v1, composites expanded).
+
+    Attributes:
+        name: the graph's name (the file stem by default).
+        source: free text on where the graph came from.
+        inputs: graph input tensors, in file order.
+        ops: primitive ops in a deterministic topological order.
+        outputs: tensors that must be written to global memory.
+        path: the file it was loaded from, if any.
+    """
+
+    name: str
+    source: str
+    inputs: dict[str, TensorType]
+    ops: dict[str, Op]
+    outputs: tuple[str, ...]
+    path: str | None = None
+    dag: nx.DiGraph = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.dag = nx.DiGraph()
+        for op in self.ops.values():
+            self.dag.add_node(op.name, op=op)
+        for op in self.ops.values():
+            for tensor in op.tensor_inputs:
+                if tensor in self.ops:
+                    self.dag.add_edge(tensor, op.name, tensor=tensor, bytes=self.ops[tensor].out.nbytes)
+
+    # ------------------------------------------------------------ tensors
+
+    def tensor(self, name: str) -> TensorType:
+        """Shape and dtype of a graph input or an op's result."""
+        return self.ops[name].out if name in self.ops else self.inputs[name]
+
+    @cached_property
+    def consumers(self) -> dict[str, tuple[str, ...]]:
+        """Tensor name -> ops reading it, in topological order."""
+        readers: dict[str, list[str]] = {name: [] for name in (*self.inputs, *self.ops)}
+        for op in self.ops.values():
+            for tensor in op.tensor_inputs:
+                readers[tensor].append(op.name)
+        return {name: tuple(ops) for name, ops in readers.items()}
+
+    @cached_property
+    def storage(self) -> dict[str, str]:
+        """Tensor name -> the tensor whose memory it is: a reshape's result aliases its input."""
+        base: dict[str, str] = {name: name for name in self.inputs}
+        for op in self.ops.values():
+            base[op.name] = base[op.inputs[0]] if op.is_view else op.name
+        return base
+
+    def producer(self, tensor: str) -> str | None:
+        """The op producing ``tensor``; ``None`` for a graph input."""
+        return tensor if tensor in self.ops else None
+
+    @cached_property
+    def storage_reads(self) -> dict[str, tuple[str, ...]]:
+        """Op name -> distinct storages its tensor operands live in (empty for views,
+        which read nothing themselves)."""
+        return {
+            op.name: () if op.is_view else tuple(dict.fromkeys(self.storage[t] for t in op.tensor_inputs))
+            for op in self.ops.values()
+        }
+
+    @cached_property
+    def storage_readers(self) -> dict[str, int]:
+        """Storage -> bitset of the non-view ops that read it (through any view of it)."""
+        readers: dict[str, int] = {}
+        for op in self.ops.values():
+            for base in self.storage_reads[op.name]:
+                readers[base] = readers.get(base, 0) | (1 << self.index[op.name])
+        return readers
+
+    @cached_property
+    def output_storages(self) -> frozenset[str]:
+        """Storages that hold a graph output (directly or through a view)."""
+        return frozenset(self.storage[t] for t in self.outputs)
+
+    # ------------------------------------------------------------ order and reachability
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """Op name -> position in the topological order (used for tie-breaking and bitsets)."""
+        return {name: i for i, name in enumerate(self.ops)}
+
+    @cached_property
+    def order(self) -> tuple[str, ...]:
+        return tuple(self.ops)
+
+    @cached_property
+    def descendants_mask(self) -> tuple[int, ...]:
+        """Per op index, a bitset (Python int) of the ops reachable from it."""
+        masks = [0] * len(self.ops)
+        for i in reversed(range(len(self.order))):
+            for succ in self.dag.successors(self.order[i]):
+                j = self.index[succ]
+                masks[i] |= masks[j] | (1 << j)
+        return tuple(masks)
+
+    @cached_property
+    def ancestors_mask(self) -> tuple[int, ...]:
+        """Per op index, a bitset of the ops that reach it."""
+        masks = [0] * len(self.ops)
+        for i, name in enumerate(self.order):
+            for pred in self.dag.predecessors(name):
+                j = self.index[pred]
+                masks[i] |= masks[j] | (1 << j)
+        return tuple(masks)
+
+    @cached_property
+    def class_masks(self) -> dict[str, int]:
+        """Fusion class -> bitset of the compute (non-view) ops of that class."""
+        masks: dict[str, int] = {}
+        for name, op in self.ops.items():
+            if not op.is_view:
+                masks[op.op_class] = masks.get(op.op_class, 0) | (1 << self.index[name])
+        return masks
+
+    def reduction_signature(self, name: str) -> tuple:
+        """(input shape, sorted axes) of a reduction: reductions with equal signatures
+        reduce the same rows."""
+        op = self.ops[name]
+        shape = self.tensor(op.tensor_inputs[0]).shape
+        return shape, normalize_axes(op.attrs.get("axes"), len(shape))
+
+    @cached_property
+    def reduction_classes(self) -> dict[tuple, int]:
+        """Reduction signature -> bitset of the reductions that have it."""
+        masks: dict[tuple, int] = {}
+        for name in self.names(self.class_masks.get("reduction", 0)):
+            sig = self.reduction_signature(name)
+            masks[sig] = masks.get(sig, 0) | (1 << self.index[name])
+        return masks
+
+    @cached_property
+    def links(self) -> tuple[int, ...]:
+        """Per op index, a bitset of the ops it is directly tied to: its producers and
+        consumers, and the other readers of a storage it reads."""
+        masks = [0] * len(self.ops)
+        for i, name in enumerate(self.order):
+            for other in (*self.dag.predecessors(name), *self.dag.successors(name)):
+                masks[i] |= 1 << self.index[other]
+            for base in self.storage_reads[name]:
+                masks[i] |= self.storage_readers.get(base, 0)
+            masks[i] &= ~(1 << i)
+        return tuple(masks)
+
+    @cached_property
+    def compute_mask(self) -> int:
+        """Bitset of every op except views (the ops that cost a launch when alone)."""
+        return self.mask(name for name, op in self.ops.items() if not op.is_view)
+
+    def mask(self, ops: Iterable[str]) -> int:
+        """Bitset of a set of op names."""
+        bits = 0
+        for name in ops:
+            bits |= 1 << self.index[name]
+        return bits
+
+    def names(self, mask: int) -> list[str]:
+        """Op names of a bitset, in topological order."""
+        out = []
+        while mask:
+            low = mask & -mask
+            out.append(self.order[low.bit_length() - 1])
+            mask ^= low
+        return out
+
+    def convex_hull(self, mask: int) -> int:
+        """The smallest convex superset of ``mask``: the set plus every op on a path
+        between two of its members."""
+        below = above = 0
+        rest = mask
+        while rest:
+            low = rest & -rest
+            i = low.bit_length() - 1
+            below |= self.descendants_mask[i]
+            above |= self.ancestors_mask[i]
+            rest ^= low
+        return mask | (below & above)
+
+    @cached_property
+    def dead_ops(self) -> tuple[str, ...]:
+        """Ops whose result reaches no graph output (kept, and reported as dead code)."""
+        live = 0
+        for out in self.outputs:
+            if out in self.ops:
+                i = self.index[out]
+                live |= self.ancestors_mask[i] | (1 << i)
+        return tuple(name for i, name in enumerate(self.order) if not live >> i & 1)
+
+    @property
+    def composites(self) -> dict[str, list[str]]:
+        """Composite op name -> the primitive ops it expanded into, in order."""
+        groups: dict[str, list[str]] = {}
+        for op in self.ops.values():
+            if op.origin is not None:
+                groups.setdefault(op.origin, []).append(op.name)
+        return groups

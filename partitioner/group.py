@@ -1,0 +1,130 @@
+"""What a fusion group is: its members, the memory it reads and writes, its kind.
+
+These are structural facts shared by ``legality.py`` and ``cost.py``; neither
+re-derives them. Memory is counted per *storage*: a ``reshape`` result is a view
+that shares its input's bytes, so a kernel reading a tensor and a view of it reads
+that memory once, and a view placed in any group moves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from .graph import Graph, Op
+
+#: Template kind of a group, by the op classes it contains (see docs/legality.md).
+KINDS = ("view", "pointwise", "reduction", "contraction", "single")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One fusion group of ``graph``: a set of op names (given as a bitset).
+
+    Properties (all derived, cached):
+        ops: members in topological order; compute: the non-view members.
+        kind: ``view`` (only views: free), ``pointwise``, ``reduction``,
+            ``contraction`` or ``single`` (a gather or custom op).
+        reads: storages the group reads from global memory (produced outside it or
+            graph inputs), each once.
+        writes: storages produced in the group that are graph outputs or read by an
+            op outside it.
+        sinks: storages produced in the group that nothing in it reads and that are
+            not written (dead values).
+    """
+
+    graph: Graph
+    mask: int
+
+    @classmethod
+    def of(cls, graph: Graph, ops) -> "Group":
+        return cls(graph, graph.mask(ops))
+
+    @cached_property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(self.graph.names(self.mask))
+
+    @cached_property
+    def compute(self) -> tuple[Op, ...]:
+        return tuple(self.graph.ops[n] for n in self.ops if not self.graph.ops[n].is_view)
+
+    @cached_property
+    def compute_mask(self) -> int:
+        return self.graph.mask(op.name for op in self.compute)
+
+    @cached_property
+    def classes(self) -> frozenset[str]:
+        return frozenset(op.op_class for op in self.compute)
+
+    @cached_property
+    def kind(self) -> str:
+        classes = self.classes
+        if not classes:
+            return "view"
+        if "contraction" in classes:
+            return "contraction"
+        if "reduction" in classes:
+            return "reduction"
+        if classes & {"gather", "opaque"}:
+            return "single"
+        return "pointwise"
+
+    @cached_property
+    def launches(self) -> int:
+        """Kernel launches: one, or none for a group of views only."""
+        return 0 if self.kind == "view" else 1
+
+    def _inside(self, op_name: str | None) -> bool:
+        return op_name is not None and bool(self.mask >> self.graph.index[op_name] & 1)
+
+    @cached_property
+    def reads(self) -> tuple[str, ...]:
+        found: dict[str, None] = {}
+        for op in self.compute:
+            for base in self.graph.storage_reads[op.name]:
+                if not self._inside(self.graph.producer(base)):
+                    found[base] = None
+        return tuple(found)
+
+    @cached_property
+    def writes(self) -> tuple[str, ...]:
+        g = self.graph
+        return tuple(
+            op.name
+            for op in self.compute
+            if op.name in g.output_storages or g.storage_readers.get(op.name, 0) & ~self.mask
+        )
+
+    @cached_property
+    def sinks(self) -> tuple[str, ...]:
+        g = self.graph
+        written = set(self.writes)
+        return tuple(
+            op.name
+            for op in self.compute
+            if op.name not in written and not g.storage_readers.get(op.name, 0) & self.mask
+        )
+
+    @cached_property
+    def bytes_read(self) -> int:
+        return sum(self.graph.tensor(s).nbytes for s in self.reads)
+
+    @cached_property
+    def bytes_written(self) -> int:
+        return sum(self.graph.tensor(s).nbytes for s in self.writes)
+
+    @cached_property
+    def stages(self) -> dict[str, int]:
+        """Tensor -> reduction stage: how many reductions of this group lie on the
+        longest path to it (external tensors are stage 0). A reduction of stage-k
+        inputs produces stage k+1; ops run in the stage of their latest input."""
+        stage: dict[str, int] = {}
+        for name in self.ops:
+            op = self.graph.ops[name]
+            s = max((stage.get(t, 0) for t in op.tensor_inputs), default=0)
+            stage[name] = s + 1 if op.op_class == "reduction" else s
+        return stage
+
+    def run_stage(self, op: Op) -> int:
+        """The stage an op runs in: that of its latest input."""
+        return max((self.stages.get(t, 0) for t in op.tensor_inputs), default=0)

@@ -1,0 +1,224 @@
+"""Hardware profiles: the constants of the cost model, each with its source.
+
+Built-in profiles: ``h100`` (H100 SXM5 80 GB), ``h200`` (H200 SXM 141 GB) and
+``a100`` (A100 SXM4 80 GB). A user profile is a YAML file with the same keys
+(``docs/cost-model.md`` shows one); ``base: h100`` takes every key it does not
+give from a built-in profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from fractions import Fraction
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .errors import HardwareError
+
+_DATASHEET_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)"
+_DATASHEET_H200 = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)"
+_DATASHEET_A100 = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)"
+_WHITEPAPER_H100 = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (H100 SXM5: 132 SMs)"
+_WHITEPAPER_A100 = "NVIDIA A100 Tensor Core GPU Architecture whitepaper (A100: 108 SMs)"
+_GUIDE_CC90 = "CUDA C++ Programming Guide, Technical Specifications per Compute Capability, CC 9.0"
+_GUIDE_CC80 = "CUDA C++ Programming Guide, Technical Specifications per Compute Capability, CC 8.0"
+_GUIDE_PARAMS = "CUDA C++ Programming Guide, Function Parameters: 32,764 bytes since CUDA 12.1 (Volta and newer)"
+_XLA_LAUNCH = "XLA GPU performance model, kKernelLaunchOverhead (xla/service/gpu/model/gpu_performance_model_base.h)"
+_DENSE = " (dense: half the datasheet's with-sparsity figure)"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU's cost-model constants. Units are in the field names.
+
+    Attributes:
+        name: profile name.
+        hbm_bandwidth_gb_per_s: peak HBM bandwidth, 1e9 bytes/s.
+        peak_fp32_tflops / peak_fp64_tflops: CUDA-core peak, 1e12 FLOP/s.
+        peak_fp16_tensor_tflops / peak_bf16_tensor_tflops: dense tensor-core peak, 1e12 FLOP/s.
+        sm_count: streaming multiprocessors.
+        smem_per_block_default_bytes / smem_per_block_optin_bytes: shared memory one
+            block may use without / with the opt-in attribute.
+        smem_per_sm_bytes: shared memory per SM.
+        registers_per_thread / registers_per_sm: 32-bit registers.
+        kernel_param_bytes: kernel-parameter space.
+        launch_overhead_us: modelled cost of one kernel launch, microseconds.
+        sources: field name -> where the number comes from.
+    """
+
+    name: str
+    hbm_bandwidth_gb_per_s: float
+    peak_fp32_tflops: float
+    peak_fp64_tflops: float
+    peak_fp16_tensor_tflops: float
+    peak_bf16_tensor_tflops: float
+    sm_count: int
+    smem_per_block_default_bytes: int
+    smem_per_block_optin_bytes: int
+    smem_per_sm_bytes: int
+    registers_per_thread: int
+    registers_per_sm: int
+    kernel_param_bytes: int
+    launch_overhead_us: float
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def bandwidth(self) -> float:
+        """HBM bandwidth in bytes/s."""
+        return self.hbm_bandwidth_gb_per_s * 1e9
+
+    @property
+    def launch_overhead(self) -> float:
+        """Launch overhead in seconds."""
+        return self.launch_overhead_us * 1e-6
+
+    @property
+    def launch_bytes(self) -> Fraction:
+        """Launch overhead expressed in bytes of HBM traffic (exact): launch x bandwidth.
+
+        The ILP minimises ``launches * launch_bytes + bytes`` in integers; this is the
+        modelled time multiplied by the bandwidth, so the optimum is the same plan.
+        """
+        return Fraction(str(self.launch_overhead_us)) * Fraction(str(self.hbm_bandwidth_gb_per_s)) * 1000
+
+    def peak_flops(self, dtype: str, contraction: bool) -> float:
+        """Peak FLOP/s for an op computing in ``dtype``: tensor cores for half-precision
+        contractions, CUDA cores otherwise (elementwise math runs in float32)."""
+        if contraction and dtype == "float16":
+            return self.peak_fp16_tensor_tflops * 1e12
+        if contraction and dtype == "bfloat16":
+            return self.peak_bf16_tensor_tflops * 1e12
+        if dtype == "float64":
+            return self.peak_fp64_tflops * 1e12
+        return self.peak_fp32_tflops * 1e12
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _hopper(name: str, bandwidth: float, datasheet: str) -> Hardware:
+    return Hardware(
+        name=name,
+        hbm_bandwidth_gb_per_s=bandwidth,
+        peak_fp32_tflops=67.0,
+        peak_fp64_tflops=34.0,
+        peak_fp16_tensor_tflops=989.5,
+        peak_bf16_tensor_tflops=989.5,
+        sm_count=132,
+        smem_per_block_default_bytes=48 * 1024,
+        smem_per_block_optin_bytes=227 * 1024,
+        smem_per_sm_bytes=228 * 1024,
+        registers_per_thread=255,
+        registers_per_sm=65536,
+        kernel_param_bytes=32764,
+        launch_overhead_us=1.0,
+        sources={
+            "hbm_bandwidth_gb_per_s": datasheet,
+            "peak_fp32_tflops": datasheet,
+            "peak_fp64_tflops": datasheet,
+            "peak_fp16_tensor_tflops": datasheet + _DENSE,
+            "peak_bf16_tensor_tflops": datasheet + _DENSE,
+            "sm_count": _WHITEPAPER_H100,
+            "smem_per_block_default_bytes": _GUIDE_CC90,
+            "smem_per_block_optin_bytes": _GUIDE_CC90,
+            "smem_per_sm_bytes": _GUIDE_CC90,
+            "registers_per_thread": _GUIDE_CC90,
+            "registers_per_sm": _GUIDE_CC90,
+            "kernel_param_bytes": _GUIDE_PARAMS,
+            "launch_overhead_us": _XLA_LAUNCH,
+        },
+    )
+
+
+PROFILES: dict[str, Hardware] = {
+    "h100": _hopper("h100", 3350.0, _DATASHEET_H100),
+    "h200": _hopper("h200", 4800.0, _DATASHEET_H200),
+    "a100": Hardware(
+        name="a100",
+        hbm_bandwidth_gb_per_s=2039.0,
+        peak_fp32_tflops=19.5,
+        peak_fp64_tflops=9.7,
+        peak_fp16_tensor_tflops=312.0,
+        peak_bf16_tensor_tflops=312.0,
+        sm_count=108,
+        smem_per_block_default_bytes=48 * 1024,
+        smem_per_block_optin_bytes=163 * 1024,
+        smem_per_sm_bytes=164 * 1024,
+        registers_per_thread=255,
+        registers_per_sm=65536,
+        kernel_param_bytes=32764,
+        launch_overhead_us=1.0,
+        sources={
+            "hbm_bandwidth_gb_per_s": _DATASHEET_A100,
+            "peak_fp32_tflops": _DATASHEET_A100,
+            "peak_fp64_tflops": _DATASHEET_A100,
+            "peak_fp16_tensor_tflops": _DATASHEET_A100 + " (dense)",
+            "peak_bf16_tensor_tflops": _DATASHEET_A100 + " (dense)",
+            "sm_count": _WHITEPAPER_A100,
+            "smem_per_block_default_bytes": _GUIDE_CC80,
+            "smem_per_block_optin_bytes": _GUIDE_CC80,
+            "smem_per_sm_bytes": _GUIDE_CC80,
+            "registers_per_thread": _GUIDE_CC80,
+            "registers_per_sm": _GUIDE_CC80,
+            "kernel_param_bytes": _GUIDE_PARAMS,
+            "launch_overhead_us": _XLA_LAUNCH,
+        },
+    ),
+}
+
+_NUMBER_FIELDS = [f.name for f in fields(Hardware) if f.name not in ("name", "sources")]
+_PROFILE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string"},
+        "base": {"enum": sorted(PROFILES)},
+        "sources": {"type": "object", "additionalProperties": {"type": "string"}},
+        **{key: {"type": "number", "exclusiveMinimum": 0} for key in _NUMBER_FIELDS},
+    },
+}
+
+
+def load_hardware(spec: str | Hardware) -> Hardware:
+    """A built-in profile by name (``h100``, ``h200``, ``a100``) or a profile YAML file.
+
+    A file gives every numeric field of :class:`Hardware` (or ``base: NAME`` and the
+    fields it changes) and, per field it gives, a ``sources`` entry saying where the
+    number comes from.
+
+    Raises:
+        HardwareError: unknown name, unreadable or malformed file, missing field or source.
+    """
+    if isinstance(spec, Hardware):
+        return spec
+    if spec.lower() in PROFILES:
+        return PROFILES[spec.lower()]
+    path = Path(spec)
+    if path.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise HardwareError(f"unknown hardware {spec!r}: use one of {', '.join(PROFILES)} or a .yaml profile")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise HardwareError(f"{spec}: cannot read hardware profile: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise HardwareError(f"{spec}: a hardware profile is a mapping of field: value")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_PROFILE_SCHEMA).iter_errors(data))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path)
+        raise HardwareError(f"{spec}: {where + ': ' if where else ''}{error.message}")
+    base = PROFILES[data["base"]].to_dict() if "base" in data else {}
+    given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
+    missing = [k for k in _NUMBER_FIELDS if k not in given and k not in base]
+    if missing:
+        raise HardwareError(f"{spec}: missing field {', '.join(missing)}")
+    unsourced = [k for k in given if k not in data.get("sources", {})]
+    if unsourced:
+        raise HardwareError(f"{spec}: give a source for {', '.join(unsourced)} under 'sources'")
+    values = {**base, **given, "name": data.get("name", path.stem)}
+    values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
+    for key in ("sm_count", "smem_per_block_default_bytes", "smem_per_block_optin_bytes", "smem_per_sm_bytes",
+                "registers_per_thread", "registers_per_sm", "kernel_param_bytes"):
+        values[key] = int(values[key])
+    return Hardware(**values)

@@ -1,0 +1,380 @@
+"""The fusion rules: the one place each rule lives, each rejection with a reason code.
+
+Every rule, its reason and an example are written down in ``docs/legality.md``.
+Strategies, the validator and backends ask this module; none re-implements a rule.
+
+Reason codes:
+
+=============================== ====================================================
+partition.unknown_op             a group names an op the graph does not have
+partition.duplicate              an op is in two groups
+partition.missing                an op is in no group
+partition.empty_group            a group has no ops
+plan.cycle                       the groups depend on each other in a cycle
+group.disconnected               members share neither a tensor nor a dependency
+group.not_convex                 a path between two members leaves the group
+op.never_fuses                   gather or custom together with another op
+contraction.multiple             two contractions in one group
+contraction.with_reduction       a contraction and a reduction in one group
+contraction.prologue_written     a prologue value is needed outside the group
+contraction.epilogue_op          a layout op after the contraction
+contraction.epilogue_shape       an epilogue whose shape differs from the product's
+contraction.side_written         a written value outside the product's iteration space
+reduction.signature_mismatch     reductions over different rows in one group
+reduction.reorders_rows          a layout op after a reduction moves rows
+reduction.row_mismatch           values of different rows combined after a reduction
+reduction.written_layout         a written value that does not follow the rows
+pointwise.iteration_space        written values with different element counts
+budget.shared_memory             shared memory per block over the opt-in limit
+budget.registers                 registers per thread over the hardware limit
+budget.kernel_params             kernel-parameter bytes over the limit
+budget.ops                       more ops than the group size cap
+=============================== ====================================================
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from .cost import DEFAULT_MAX_OPS, budgets
+from .errors import IllegalPlan
+from .graph import Graph, Op
+from .group import Group
+from .hardware import Hardware
+
+_POINTWISE = frozenset({"elementwise", "broadcast", "injective"})
+
+
+# ---------------------------------------------------------------- group shape
+
+
+def _check_connected(group: Group) -> None:
+    g = group.graph
+    reached = frontier = group.mask & -group.mask
+    while frontier:
+        grow = 0
+        while frontier:
+            low = frontier & -frontier
+            frontier ^= low
+            grow |= g.links[low.bit_length() - 1]
+        frontier = grow & group.mask & ~reached
+        reached |= frontier
+    if reached != group.mask:
+        first = g.names(reached & -reached)[0]
+        rest = group.mask & ~reached
+        second = g.names(rest & -rest)[0]
+        raise IllegalPlan(
+            "group.disconnected",
+            f"'{first}' and '{second}' share neither a tensor nor a dependency inside the group",
+            (first, second),
+        )
+
+
+def _check_convex(group: Group) -> None:
+    g = group.graph
+    outside = g.convex_hull(group.mask) & ~group.mask
+    if not outside:
+        return
+    via = g.names(outside & -outside)[0]
+    i = g.index[via]
+    before = g.names((g.ancestors_mask[i] & group.mask))[-1]
+    after = g.names(g.descendants_mask[i] & group.mask)[0]
+    raise IllegalPlan(
+        "group.not_convex",
+        f"'{before}' and '{after}' share a group but the path between them leaves it through '{via}'",
+        (before, after, via),
+    )
+
+
+# ---------------------------------------------------------------- rules no superset can repair
+
+
+def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) -> IllegalPlan | None:
+    """The first rule broken by the op set ``mask`` that no larger set can repair, or ``None``.
+
+    These rules only count or compare members (never-fusing ops, contraction count,
+    contraction with reduction, reduction signatures, the op cap), so a set breaking
+    one is illegal together with every superset; candidate enumeration prunes on them.
+    """
+    compute = mask & g.compute_mask
+    classes = g.class_masks
+    never = compute & (classes.get("gather", 0) | classes.get("opaque", 0))
+    if never and compute != never & -never:
+        op = g.ops[g.names(never & -never)[0]]
+        return IllegalPlan("op.never_fuses", f"{op.kind} '{op.name}' never fuses with other ops", (op.name,))
+    contractions = compute & classes.get("contraction", 0)
+    if contractions.bit_count() > 1:
+        names = tuple(g.names(contractions)[:2])
+        return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions", names)
+    reductions = compute & classes.get("reduction", 0)
+    if contractions and reductions:
+        names = (g.names(contractions)[0], g.names(reductions)[0])
+        return IllegalPlan(
+            "contraction.with_reduction", f"contraction '{names[0]}' and reduction '{names[1]}' share a group", names
+        )
+    if reductions:
+        first = g.names(reductions & -reductions)[0]
+        sig = g.reduction_signature(first)
+        other = reductions & ~g.reduction_classes[sig]
+        if other:
+            second = g.names(other & -other)[0]
+            sig2 = g.reduction_signature(second)
+            return IllegalPlan(
+                "reduction.signature_mismatch",
+                f"'{first}' reduces {list(sig[0])} over axes {list(sig[1])} but '{second}' "
+                f"reduces {list(sig2[0])} over axes {list(sig2[1])}",
+                (first, second),
+            )
+    count = compute.bit_count()
+    if count > max_ops:
+        return IllegalPlan("budget.ops", f"{count} ops exceed the cap of {max_ops} per group", ())
+    return None
+
+
+# ---------------------------------------------------------------- kind rules
+
+
+def _check_pointwise(group: Group) -> None:
+    g = group.graph
+    outs = [*group.writes, *group.sinks]
+    numels = {g.tensor(t).numel for t in outs}
+    if len(numels) > 1:
+        a = outs[0]
+        b = next(t for t in outs if g.tensor(t).numel != g.tensor(a).numel)
+        raise IllegalPlan(
+            "pointwise.iteration_space",
+            f"'{a}' {list(g.tensor(a).shape)} and '{b}' {list(g.tensor(b).shape)} leave the group with different "
+            "element counts; a pointwise kernel has one iteration space",
+            (a, b),
+        )
+
+
+def _check_contraction(group: Group) -> None:
+    g = group.graph
+    c = next(op for op in group.compute if op.op_class == "contraction")
+    i = g.index[c.name]
+    prologue = g.ancestors_mask[i] & group.mask
+    epilogue = g.descendants_mask[i] & group.mask
+    written = set(group.writes)
+    for op in group.compute:
+        j = g.index[op.name]
+        if op is c:
+            continue
+        if prologue >> j & 1:
+            if op.name in written:
+                raise IllegalPlan(
+                    "contraction.prologue_written",
+                    f"'{op.name}' feeds contraction '{c.name}' and is also needed outside the group",
+                    (op.name, c.name),
+                )
+        elif epilogue >> j & 1:
+            if op.op_class == "injective":
+                raise IllegalPlan(
+                    "contraction.epilogue_op",
+                    f"{op.kind} '{op.name}' after contraction '{c.name}' moves elements; only elementwise "
+                    "epilogues fuse",
+                    (op.name, c.name),
+                )
+            if op.out.numel != c.out.numel:
+                raise IllegalPlan(
+                    "contraction.epilogue_shape",
+                    f"epilogue '{op.name}' {list(op.out.shape)} differs from the product '{c.name}' "
+                    f"{list(c.out.shape)}",
+                    (op.name, c.name),
+                )
+        elif op.name in written and op.out.numel != c.out.numel:
+            raise IllegalPlan(
+                "contraction.side_written",
+                f"'{op.name}' {list(op.out.shape)} is written but lies outside the iteration space of "
+                f"'{c.name}' {list(c.out.shape)}",
+                (op.name, c.name),
+            )
+
+
+class _Rows:
+    """Row structure of a reduction group: which dims of a row-dependent value are
+    row (outer) dims.
+
+    A value is *row-dependent* when it depends, inside the group, on a reduction's
+    result. Its dims are labelled ``("o", d)`` (outer dim ``d`` of the reduction
+    input), ``"r"`` (a reduced dim), ``"f"`` (a dim that comes from independent
+    values only) or ``"1"`` (size one). One block processes one row, so every
+    row-dependent value must carry all the outer labels, each once.
+    """
+
+    def __init__(self, group: Group, first_reduction: Op):
+        self.group = group
+        shape, axes = group.graph.reduction_signature(first_reduction.name)
+        self.shape, self.axes = shape, axes
+        self.outer = tuple(("o", d) for d, n in enumerate(shape) if d not in axes and n > 1)
+        self.labels: dict[str, tuple] = {}
+
+    def reduced_labels(self, keepdims: bool) -> tuple:
+        out = []
+        for d, n in enumerate(self.shape):
+            if d in self.axes:
+                if keepdims:
+                    out.append("1")
+            else:
+                out.append(("o", d) if n > 1 else "1")
+        return tuple(out)
+
+    def input_fits(self, labels: tuple) -> bool:
+        for d, label in enumerate(labels):
+            if d in self.axes:
+                if isinstance(label, tuple):
+                    return False
+            elif label != (("o", d) if self.shape[d] > 1 else "1"):
+                return False
+        return True
+
+    def broadcast(self, op: Op, inputs: list[tuple[tuple, tuple]]) -> tuple | None:
+        """Labels of an elementwise result from (shape, labels) of its dependent inputs."""
+        out_shape = op.out.shape
+        rank = len(out_shape)
+        labels: list = ["f" if n > 1 else "1" for n in out_shape]
+        fixed = [False] * rank
+        for shape, lab in inputs:
+            for k, (n, label) in enumerate(zip(shape, lab)):
+                j = rank - len(shape) + k
+                if n == 1 or n != out_shape[j]:
+                    continue
+                if fixed[j] and labels[j] != label:
+                    return None
+                labels[j], fixed[j] = label, True
+        outer = [label for label in labels if isinstance(label, tuple) and label[0] == "o"]
+        if len(outer) != len(set(outer)):
+            return None
+        return tuple(labels)
+
+
+def _check_reduction(group: Group) -> None:
+    g = group.graph
+    reductions = [op for op in group.compute if op.op_class == "reduction"]
+    rows = _Rows(group, reductions[0])
+    for name in group.ops:
+        op = g.ops[name]
+        dependent = [t for t in op.tensor_inputs if t in rows.labels]
+        if op.op_class == "reduction":
+            if dependent and not rows.input_fits(rows.labels[dependent[0]]):
+                raise IllegalPlan(
+                    "reduction.row_mismatch",
+                    f"reduction '{name}' reads '{dependent[0]}' whose rows are not the rows being reduced",
+                    (name, dependent[0]),
+                )
+            rows.labels[name] = rows.reduced_labels(op.attrs["keepdims"])
+        elif not dependent:
+            continue
+        elif op.is_view:
+            in_shape = g.tensor(dependent[0]).shape
+            if [n for n in in_shape if n != 1] != [n for n in op.out.shape if n != 1]:
+                raise IllegalPlan(
+                    "reduction.reorders_rows",
+                    f"reshape '{name}' regroups row-dependent '{dependent[0]}'; only size-1 axes may be added "
+                    "or removed after a reduction",
+                    (name,),
+                )
+            kept = iter([lab for n, lab in zip(in_shape, rows.labels[dependent[0]]) if n != 1])
+            rows.labels[name] = tuple(next(kept) if n != 1 else "1" for n in op.out.shape)
+        elif op.op_class in ("elementwise", "broadcast"):
+            labels = rows.broadcast(op, [(g.tensor(t).shape, rows.labels[t]) for t in dependent])
+            if labels is None:
+                raise IllegalPlan(
+                    "reduction.row_mismatch",
+                    f"'{name}' combines values of different rows after a reduction",
+                    (name,),
+                )
+            rows.labels[name] = labels
+        else:
+            raise IllegalPlan(
+                "reduction.reorders_rows",
+                f"{op.kind} '{name}' moves elements of row-dependent '{dependent[0]}' across rows",
+                (name,),
+            )
+    keep = tuple(1 if d in rows.axes else n for d, n in enumerate(rows.shape))
+    drop = tuple(n for d, n in enumerate(rows.shape) if d not in rows.axes)
+    for base in group.writes:
+        if base not in rows.labels and g.tensor(base).shape not in (rows.shape, keep, drop):
+            raise IllegalPlan(
+                "reduction.written_layout",
+                f"'{base}' {list(g.tensor(base).shape)} is written but follows neither the rows "
+                f"{list(rows.shape)} nor the reduced shape",
+                (base,),
+            )
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> None:
+    """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget."""
+    if not group.mask:
+        raise IllegalPlan("partition.empty_group", "a group has no ops")
+    _check_connected(group)
+    _check_convex(group)
+    violation = hereditary_violation(group.graph, group.mask, max_ops)
+    if violation is not None:
+        raise violation
+    if group.kind == "pointwise":
+        _check_pointwise(group)
+    elif group.kind == "contraction":
+        _check_contraction(group)
+    elif group.kind == "reduction":
+        _check_reduction(group)
+    for name, used, limit in budgets(group, hw, max_ops).over():
+        raise IllegalPlan(
+            f"budget.{name}",
+            f"group of {', '.join(group.ops[:3])}{', ...' if len(group.ops) > 3 else ''} needs {used} "
+            f"({name.replace('_', ' ')}) over the limit {limit}",
+            group.ops,
+        )
+
+
+def is_legal(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> bool:
+    """Whether ``group`` passes :func:`check_group`."""
+    try:
+        check_group(group, hw, max_ops)
+    except IllegalPlan:
+        return False
+    return True
+
+
+def check_partition(graph: Graph, groups: list[list[str]]) -> None:
+    """Raise :class:`IllegalPlan` unless ``groups`` covers every op exactly once."""
+    seen: dict[str, int] = {}
+    for k, ops in enumerate(groups):
+        if not ops:
+            raise IllegalPlan("partition.empty_group", f"group {k} has no ops")
+        for name in ops:
+            if name not in graph.ops:
+                raise IllegalPlan("partition.unknown_op", f"'{name}' is not an op of the graph", (name,))
+            if name in seen:
+                raise IllegalPlan("partition.duplicate", f"'{name}' is in groups {seen[name]} and {k}", (name,))
+            seen[name] = k
+    missing = [name for name in graph.ops if name not in seen]
+    if missing:
+        raise IllegalPlan(
+            "partition.missing",
+            f"{len(missing)} op(s) in no group: {', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}",
+            tuple(missing),
+        )
+
+
+def check_acyclic(graph: Graph, groups: list[Group]) -> None:
+    """Raise ``plan.cycle`` if the groups, as nodes, depend on each other in a cycle."""
+    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    for u, v in graph.dag.edges:
+        if owner[u] != owner[v]:
+            quotient.add_edge(owner[u], owner[v])
+    try:
+        cycle = nx.find_cycle(quotient)
+    except nx.NetworkXNoCycle:
+        return
+    firsts = [groups[k].ops[0] for k, _ in cycle]
+    raise IllegalPlan(
+        "plan.cycle",
+        "groups depend on each other in a cycle: " + " -> ".join(f"[{f}, ...]" for f in firsts + firsts[:1]),
+        tuple(firsts),
+    )

@@ -1,0 +1,326 @@
+"""Graph format v1 (YAML or JSON) -> :class:`Graph`, with every rejection the format lists.
+
+Every error is a :class:`GraphError` whose message is one line:
+``FILE: op 'NAME': problem`` (or ``FILE: problem`` when no op is at fault).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import networkx as nx
+import yaml
+
+from .composites import COMPOSITES, Primitive, expand
+from .dtypes import DTYPES
+from .errors import GraphError, InferenceError
+from .graph import Graph, Op
+from .ops import REGISTRY, Attr, TensorType
+from .schema import GRAPH_SCHEMA
+
+FORMAT_VERSION = 1
+NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """YAML with 1.2-style scalars: ``1e-5`` is a float, only true/false are booleans,
+    and a key given twice in one mapping is an error."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_YamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YamlLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_YamlLoader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _reject_duplicate_keys(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _parse(path: Path) -> Any:
+    label = str(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise GraphError(f"{label}: unknown file type {suffix or '(none)'!r}; expected .yaml, .yml or .json")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GraphError(f"{label}: cannot read the file: {exc.strerror or exc}") from None
+    if suffix == ".json":
+        try:
+            return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            raise GraphError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        except ValueError as exc:
+            raise GraphError(f"{label}: malformed JSON: {exc}") from None
+    try:
+        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise GraphError(f"{label}: malformed YAML{where}: {' '.join(str(problem).split())}") from None
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+class _Context:
+    """Formats one-line errors for one file."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def error(self, problem: str, op: str | None = None) -> GraphError:
+        where = f"op '{op}': " if op else ""
+        return GraphError(f"{self.label}: {where}{' '.join(problem.split())}")
+
+
+def _schema_error(ctx: _Context, data: Any, error: jsonschema.ValidationError) -> GraphError:
+    path = list(error.absolute_path)
+    op = None
+    if len(path) >= 2 and path[0] in ("ops", "inputs") and isinstance(path[1], int):
+        entry = data[path[0]][path[1]]
+        name = entry.get("name") if isinstance(entry, dict) else None
+        kind = "op" if path[0] == "ops" else "input"
+        op = name if isinstance(name, str) and kind == "op" else None
+        prefix = "" if op else (f"input '{name}': " if isinstance(name, str) else f"{path[0]}[{path[1]}]: ")
+        path = path[2:]
+    else:
+        prefix = ""
+    field = ".".join(str(p) for p in path)
+    if error.validator == "additionalProperties":
+        unknown = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        problem = f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+        problem += f" in {field}" if field else ""
+    elif error.validator == "required":
+        problem = f"missing required key {error.message.split(' is a required')[0]}" + (f" in {field}" if field else "")
+    elif error.validator == "anyOf" and path and path[0] == "inputs":
+        problem = f"operand {path[1]} must be a tensor name or a number, got {json.dumps(error.instance)}"
+    elif error.validator == "enum" and field.endswith("dtype"):
+        problem = f"unknown dtype {error.instance!r} (known: {', '.join(DTYPES)})"
+    else:
+        problem = f"{field or 'the file'}: {error.message}"
+    return ctx.error(prefix + problem, op)
+
+
+def _check_attr(ctx: _Context, op: str, key: str, attr: Attr, value: Any) -> Any:
+    def is_int(v):
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    ok = {
+        "int": is_int(value),
+        "number": (is_int(value) or isinstance(value, float)),
+        "ints": isinstance(value, list) and all(is_int(v) for v in value),
+        "bool": isinstance(value, bool),
+        "dtype": value in DTYPES,
+        "str": isinstance(value, str),
+        "approximate": value in ("none", "tanh"),
+    }[attr.kind]
+    if not ok:
+        expected = {
+            "int": "an integer", "number": "a number", "ints": "a list of integers", "bool": "true or false",
+            "dtype": f"one of {', '.join(DTYPES)}", "str": "a string", "approximate": "'none' or 'tanh'",
+        }[attr.kind]
+        raise ctx.error(f"attribute '{key}' must be {expected}, got {json.dumps(value)}", op)
+    return list(value) if isinstance(value, list) else value
+
+
+def _check_attrs(ctx: _Context, op: str, kind: str, given: dict, declared: dict[str, Attr]) -> dict:
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        known = ", ".join(declared) or "none"
+        raise ctx.error(f"unknown attribute {', '.join(map(repr, unknown))} for {kind} (known: {known})", op)
+    attrs = {}
+    for key, attr in declared.items():
+        if given.get(key) is None:
+            if attr.required:
+                raise ctx.error(f"{kind} needs attribute '{key}'", op)
+            attrs[key] = list(attr.default) if isinstance(attr.default, list) else attr.default
+        else:
+            attrs[key] = _check_attr(ctx, op, key, attr, given[key])
+    return attrs
+
+
+# ---------------------------------------------------------------- building
+
+
+def _declared(kind: str):
+    if kind in COMPOSITES:
+        spec = COMPOSITES[kind]
+        return spec.min_inputs, spec.max_inputs, spec.attrs, False
+    spec = REGISTRY[kind]
+    return spec.min_inputs, spec.max_inputs, spec.attrs, spec.literals_allowed
+
+
+def _check_op_entry(ctx: _Context, entry: dict, names: set[str]) -> None:
+    name, kind = entry["name"], entry["op"]
+    if kind not in REGISTRY and kind not in COMPOSITES:
+        raise ctx.error(f"unknown op '{kind}'", name)
+    low, high, _, literals_allowed = _declared(kind)
+    inputs = entry.get("inputs", [])
+    if len(inputs) < low or (high is not None and len(inputs) > high):
+        expected = f"{low}" if low == high else (f"{low} to {high}" if high is not None else f"at least {low}")
+        raise ctx.error(f"{kind} takes {expected} operands, got {len(inputs)}", name)
+    for i, operand in enumerate(inputs):
+        if isinstance(operand, str):
+            if operand not in names:
+                raise ctx.error(f"input '{operand}' names nothing (no graph input or op has that name)", name)
+        elif not literals_allowed:
+            raise ctx.error(f"operand {i} of {kind} must be a tensor, got the literal {operand}", name)
+    if kind == "custom" and ("shape" not in entry or "dtype" not in entry):
+        raise ctx.error("custom ops must state their shape and dtype", name)
+
+
+def _check_names(ctx: _Context, data: dict) -> None:
+    seen: set[str] = set()
+    for entry in [*data.get("inputs", []), *data["ops"]]:
+        name = entry["name"]
+        op = name if entry in data["ops"] else None
+        if not NAME_PATTERN.fullmatch(name):
+            raise ctx.error(f"name {name!r} is not valid (names match [A-Za-z_][A-Za-z0-9_.:/-]*)", op)
+        if name in seen:
+            raise ctx.error(f"the name '{name}' is used twice", op)
+        seen.add(name)
+
+
+def _order_ops(ctx: _Context, data: dict) -> list[dict]:
+    """User ops in a deterministic topological order (file order among ready ops)."""
+    entries = {entry["name"]: (i, entry) for i, entry in enumerate(data["ops"])}
+    deps = nx.DiGraph()
+    deps.add_nodes_from(entries)
+    for name, (_, entry) in entries.items():
+        for operand in entry.get("inputs", []):
+            if isinstance(operand, str) and operand in entries:
+                deps.add_edge(operand, name)
+    try:
+        cycle = nx.find_cycle(deps)
+    except nx.NetworkXNoCycle:
+        order = nx.lexicographical_topological_sort(deps, key=lambda n: entries[n][0])
+        return [entries[name][1] for name in order]
+    ring = [u for u, _ in cycle] + [cycle[0][0]]
+    raise ctx.error(f"the graph has a cycle through ops {' -> '.join(ring)}", cycle[0][0])
+
+
+def _infer_primitive(ctx: _Context, prim: Primitive, tensors: dict[str, TensorType], owner: str) -> TensorType:
+    operands = [tensors[i] if isinstance(i, str) else i for i in prim.inputs]
+    try:
+        return REGISTRY[prim.kind].infer(operands, prim.attrs)
+    except InferenceError as exc:
+        where = f" (in its expansion: {prim.kind} '{prim.name}')" if prim.name != owner else ""
+        raise ctx.error(f"{exc}{where}", owner) from None
+
+
+def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType]) -> list[Op]:
+    """The primitives of one user op, shapes and dtypes inferred and checked."""
+    name, kind = entry["name"], entry["op"]
+    _, _, declared, _ = _declared(kind)
+    attrs = _check_attrs(ctx, name, kind, entry.get("attrs", {}), declared)
+    inputs = list(entry.get("inputs", []))
+    if kind in COMPOSITES:
+        try:
+            prims = expand(name, kind, inputs, [tensors[i] for i in inputs], attrs)
+        except InferenceError as exc:
+            raise ctx.error(str(exc), name) from None
+        origin = name
+    else:
+        prims = [Primitive(name, kind, tuple(inputs), attrs)]
+        origin = None
+    ops = []
+    for prim in prims:
+        if prim.name != name and prim.name in tensors:
+            raise ctx.error(f"its expansion names an op '{prim.name}', which is already taken", name)
+        if kind == "custom":
+            out = TensorType(tuple(entry["shape"]), entry["dtype"])
+        else:
+            out = _infer_primitive(ctx, prim, tensors, name)
+        promoted = out.dtype
+        if prim.name == name:
+            if "shape" in entry and tuple(entry["shape"]) != out.shape:
+                raise ctx.error(f"stated shape {entry['shape']} disagrees with the inferred shape {list(out.shape)}", name)
+            if "dtype" in entry:
+                out = TensorType(out.shape, entry["dtype"])
+        tensors[prim.name] = out
+        ops.append(Op(prim.name, prim.kind, tuple(prim.inputs), prim.attrs, out, promoted, origin))
+    return ops
+
+
+def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Graph:
+    if not isinstance(data, dict):
+        raise ctx.error("a graph file must hold a mapping with 'inputs', 'ops' and 'outputs'")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(GRAPH_SCHEMA).iter_errors(data))
+    if error is not None:
+        raise _schema_error(ctx, data, error)
+    if data.get("format", FORMAT_VERSION) > FORMAT_VERSION:
+        raise ctx.error(f"format {data['format']} is newer than this reader (it reads format {FORMAT_VERSION})")
+    _check_names(ctx, data)
+    names = {entry["name"] for entry in [*data.get("inputs", []), *data["ops"]]}
+    for entry in data["ops"]:
+        _check_op_entry(ctx, entry, names)
+    default_dtype = data.get("dtype", "float32")
+    inputs = {e["name"]: TensorType(tuple(e["shape"]), e.get("dtype", default_dtype)) for e in data.get("inputs", [])}
+    tensors: dict[str, TensorType] = dict(inputs)
+    ops: dict[str, Op] = {}
+    for entry in _order_ops(ctx, data):
+        for op in _build_ops(ctx, entry, tensors):
+            ops[op.name] = op
+    outputs = data["outputs"]
+    if not outputs:
+        raise ctx.error("'outputs' is empty: name at least one tensor to write")
+    for out in outputs:
+        if out not in tensors:
+            raise ctx.error(f"output '{out}' names nothing (no graph input or op has that name)")
+    if len(set(outputs)) != len(outputs):
+        raise ctx.error("'outputs' names a tensor twice")
+    return Graph(data.get("name", default_name), data.get("source", ""), inputs, ops, tuple(outputs), path)
+
+
+def load_graph(source: str | os.PathLike | dict) -> Graph:
+    """Load a graph from a ``.yaml``/``.yml``/``.json`` file or from an already parsed dict.
+
+    Composite ops are expanded into primitives (``NAME:part``, the last named
+    ``NAME``), shapes and dtypes are inferred and checked against stated ones.
+
+    Raises:
+        GraphError: one line naming the file, the op and the problem, for every
+            rejection listed in ``docs/graph-format.md``.
+    """
+    if isinstance(source, dict):
+        return _build(source, _Context("<graph>"), None, "graph")
+    path = Path(source)
+    return _build(_parse(path), _Context(str(path)), str(path), path.stem)

@@ -1,0 +1,676 @@
+"""The op registry: every primitive op of graph format v1.
+
+For each op this module gives its fusion class, its attributes, shape and dtype
+inference, its FLOP count and its NumPy reference semantics (the numerics section
+of ``docs/graph-format.md``). Composite ops (softmax, layer_norm, ...) are not here:
+``composites.py`` expands them into these primitives when a graph is loaded.
+
+Fusion classes (the vocabulary of ``legality.py``):
+
+========== ================================================================
+elementwise one output element from the same-index elements of its operands
+            (with NumPy broadcasting)
+broadcast   ``broadcast_to``: replicates its input along new or size-1 axes
+injective   layout ops that move elements without arithmetic: reshape,
+            transpose, slice, concat, pad (TVM's *injective* pattern)
+reduction   reduces over ``axes``
+contraction matmul, conv2d
+gather      data-dependent indexing; never fuses
+opaque      ``custom``: no semantics; never fuses
+========== ================================================================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import scipy.special
+
+from .dtypes import FLOATS, INTEGERS, Literal, accumulator_dtype, compute_dtype, numpy_dtype, promote
+from .errors import InferenceError
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and dtype of a tensor; ``nbytes`` is its size in global memory (bytes)."""
+
+    shape: Shape
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * numpy_dtype(self.dtype).itemsize
+
+
+Operand = TensorType | Literal
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One attribute: its kind (``int``, ``number``, ``ints``, ``bool``, ``dtype``,
+    ``str`` or ``approximate``), whether it is required, and its default."""
+
+    kind: str
+    required: bool = False
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """A primitive op: fusion class, operand count, attributes and semantics.
+
+    ``infer(operands, attrs) -> TensorType`` raises :class:`InferenceError`;
+    ``flops(operands, attrs, out) -> int`` counts floating-point operations;
+    ``reference(values, attrs, operand_types, out) -> ndarray`` is the NumPy
+    semantics, taking arrays (tensors) and Python numbers (literals).
+    """
+
+    name: str
+    op_class: str
+    min_inputs: int
+    max_inputs: int | None
+    infer: Callable[[list[Operand], dict], TensorType]
+    reference: Callable[..., np.ndarray]
+    flops: Callable[[list[Operand], dict, TensorType], int]
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    literals_allowed: bool = True
+
+    @property
+    def is_view(self) -> bool:
+        """A view moves no bytes and launches nothing: only ``reshape``."""
+        return self.name == "reshape"
+
+
+# ---------------------------------------------------------------- shape helpers
+
+
+def broadcast_shapes(shapes: list[Shape]) -> Shape:
+    """NumPy broadcasting of ``shapes``; raises InferenceError when they don't broadcast."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            raise InferenceError(f"shapes {_fmt_shapes(shapes)} do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _fmt_shapes(shapes: list[Shape]) -> str:
+    return ", ".join(str(list(s)) for s in shapes)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """Map a possibly negative axis into ``range(rank)``; raises InferenceError."""
+    if not -rank <= axis < rank:
+        raise InferenceError(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+def normalize_axes(axes: list[int] | None, rank: int) -> tuple[int, ...]:
+    """Sorted non-negative axes; ``None`` means all axes; duplicates are an error."""
+    if axes is None:
+        return tuple(range(rank))
+    norm = [normalize_axis(a, rank) for a in axes]
+    if len(set(norm)) != len(norm):
+        raise InferenceError(f"axes {list(axes)} name an axis twice")
+    return tuple(sorted(norm))
+
+
+def _tensors(operands: list[Operand]) -> list[TensorType]:
+    return [o for o in operands if isinstance(o, TensorType)]
+
+
+def _literals(operands: list[Operand]) -> list[Literal]:
+    return [o for o in operands if not isinstance(o, TensorType)]
+
+
+# ---------------------------------------------------------------- inference
+
+
+def _infer_map(result_dtype: Callable[[list[Operand], dict], str]):
+    def infer(operands: list[Operand], attrs: dict) -> TensorType:
+        shape = broadcast_shapes([t.shape for t in _tensors(operands)])
+        return TensorType(shape, result_dtype(operands, attrs))
+
+    return infer
+
+
+def _same_dtype(operands, attrs):
+    return promote([t.dtype for t in _tensors(operands)], _literals(operands))
+
+
+def _float_result(operands, attrs):
+    dtype = _same_dtype(operands, attrs)
+    return dtype if dtype in FLOATS else "float32"
+
+
+def _bool_result(operands, attrs):
+    return "bool"
+
+
+def _no_bool(name: str, dtype_rule):
+    def rule(operands, attrs):
+        dtype = dtype_rule(operands, attrs)
+        if dtype == "bool":
+            raise InferenceError(f"{name} is not defined on bool tensors")
+        return dtype
+
+    return rule
+
+
+def _cast_result(operands, attrs):
+    return attrs["dtype"]
+
+
+def _clamp_result(operands, attrs):
+    bounds = [attrs[k] for k in ("min", "max") if attrs.get(k) is not None]
+    return promote([t.dtype for t in _tensors(operands)], bounds)
+
+
+def _where_result(operands, attrs):
+    return promote([t.dtype for t in _tensors(operands[1:])], _literals(operands[1:]))
+
+
+def _div_result(operands, attrs):
+    dtype = _same_dtype(operands, attrs)
+    return dtype if dtype in FLOATS else "float32"
+
+
+def _reduction_shape(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> Shape:
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _infer_reduce(result_dtype: Callable[[str], str], needs_identity: bool = False):
+    def infer(operands, attrs):
+        (x,) = operands
+        axes = normalize_axes(attrs.get("axes"), len(x.shape))
+        if needs_identity and any(x.shape[a] == 0 for a in axes):
+            raise InferenceError("reducing an empty axis has no identity value")
+        return TensorType(_reduction_shape(x.shape, axes, attrs["keepdims"]), result_dtype(x.dtype))
+
+    return infer
+
+
+def _infer_arg_reduce(operands, attrs):
+    (x,) = operands
+    axes = attrs.get("axes")
+    if axes is not None and len(axes) != 1:
+        raise InferenceError(f"takes exactly one axis, got axes {list(axes)}")
+    norm = normalize_axes(axes, len(x.shape))
+    if any(x.shape[a] == 0 for a in norm):
+        raise InferenceError("reducing an empty axis has no identity value")
+    return TensorType(_reduction_shape(x.shape, norm, attrs["keepdims"]), "int64")
+
+
+def reshape_target(shape: Shape, target: list[int]) -> Shape:
+    """Resolve a reshape target with at most one ``-1``; raises InferenceError."""
+    if target.count(-1) > 1:
+        raise InferenceError(f"shape {target} has more than one -1")
+    if any(d < -1 for d in target):
+        raise InferenceError(f"shape {target} has a negative size")
+    numel = math.prod(shape)
+    if -1 in target:
+        known = math.prod(d for d in target if d != -1)
+        if known == 0 or numel % known:
+            raise InferenceError(f"cannot reshape {list(shape)} ({numel} elements) to {target}")
+        target = [numel // known if d == -1 else d for d in target]
+    if math.prod(target) != numel:
+        raise InferenceError(f"cannot reshape {list(shape)} ({numel} elements) to {target}")
+    return tuple(target)
+
+
+def _infer_reshape(operands, attrs):
+    (x,) = operands
+    return TensorType(reshape_target(x.shape, attrs["shape"]), x.dtype)
+
+
+def transpose_perm(rank: int, perm: list[int] | None) -> tuple[int, ...]:
+    """The permutation of a transpose; absent means reversed axes (NumPy)."""
+    if perm is None:
+        return tuple(reversed(range(rank)))
+    if sorted(perm) != list(range(rank)):
+        raise InferenceError(f"perm {perm} is not a permutation of the {rank} axes")
+    return tuple(perm)
+
+
+def _infer_transpose(operands, attrs):
+    (x,) = operands
+    perm = transpose_perm(len(x.shape), attrs.get("perm"))
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+def _infer_broadcast_to(operands, attrs):
+    (x,) = operands
+    target = tuple(attrs["shape"])
+    if any(d < 0 for d in target):
+        raise InferenceError(f"shape {list(target)} has a negative size")
+    if len(x.shape) > len(target) or broadcast_shapes([x.shape, target]) != target:
+        raise InferenceError(f"cannot broadcast {list(x.shape)} to {list(target)}")
+    return TensorType(target, x.dtype)
+
+
+def slice_params(shape: Shape, attrs: dict) -> list[tuple[int, int, int]]:
+    """(start, stop, step) per axis of ``shape`` with ONNX clamping; raises InferenceError."""
+    starts, ends = attrs["starts"], attrs["ends"]
+    axes = attrs.get("axes")
+    axes = list(range(len(starts))) if axes is None else axes
+    steps = attrs.get("steps") or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise InferenceError("starts, ends, axes and steps must have the same length")
+    params = [(0, d, 1) for d in shape]
+    seen = set()
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        axis = normalize_axis(axis, len(shape))
+        if axis in seen:
+            raise InferenceError(f"axis {axis} is sliced twice")
+        seen.add(axis)
+        if step == 0:
+            raise InferenceError("a slice step cannot be 0")
+        params[axis] = slice(start, end, step).indices(shape[axis])
+    return params
+
+
+def _infer_slice(operands, attrs):
+    (x,) = operands
+    params = slice_params(x.shape, attrs)
+    return TensorType(tuple(len(range(*p)) for p in params), x.dtype)
+
+
+def _infer_concat(operands, attrs):
+    tensors = _tensors(operands)
+    rank = len(tensors[0].shape)
+    if rank == 0:
+        raise InferenceError("cannot concatenate scalars")
+    axis = normalize_axis(attrs["axis"], rank)
+    for t in tensors[1:]:
+        if len(t.shape) != rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, tensors[0].shape)) if i != axis):
+            raise InferenceError(f"shapes {_fmt_shapes([t.shape for t in tensors])} differ outside axis {axis}")
+    shape = list(tensors[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in tensors)
+    return TensorType(tuple(shape), promote([t.dtype for t in tensors], []))
+
+
+def _infer_pad(operands, attrs):
+    (x,) = operands
+    pads = attrs["pads"]
+    rank = len(x.shape)
+    if len(pads) != 2 * rank:
+        raise InferenceError(f"pads has {len(pads)} numbers, expected 2 x rank = {2 * rank}")
+    if any(p < 0 for p in pads):
+        raise InferenceError(f"pads {pads} has a negative number")
+    return TensorType(tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(x.shape)), x.dtype)
+
+
+def matmul_shapes(a: Shape, b: Shape) -> tuple[Shape, int, int, int, Shape]:
+    """(batch, M, K, N, output shape) of NumPy ``matmul``; raises InferenceError."""
+    if not a or not b:
+        raise InferenceError("matmul operands must have rank >= 1")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise InferenceError(f"inner dimensions differ: {list(a)} @ {list(b)}")
+    batch = broadcast_shapes([a2[:-2], b2[:-2]])
+    out = batch + ((a2[-2],) if len(a) > 1 else ()) + ((b2[-1],) if len(b) > 1 else ())
+    return batch, a2[-2], a2[-1], b2[-1], out
+
+
+def _infer_matmul(operands, attrs):
+    a, b = operands
+    *_, out = matmul_shapes(a.shape, b.shape)
+    return TensorType(out, promote([a.dtype, b.dtype], []))
+
+
+def conv2d_output(x: Shape, w: Shape, attrs: dict) -> Shape:
+    """NCHW output shape of conv2d; raises InferenceError on inconsistent shapes."""
+    if len(x) != 4 or len(w) != 4:
+        raise InferenceError(f"conv2d needs a rank-4 input and weight, got {list(x)} and {list(w)}")
+    n, c, h, wd = x
+    o, ci, kh, kw = w
+    for key, length in (("strides", 2), ("pads", 4), ("dilations", 2)):
+        if len(attrs[key]) != length:
+            raise InferenceError(f"{key} must have {length} numbers, got {attrs[key]}")
+    groups = attrs["groups"]
+    if groups < 1 or c != ci * groups or o % groups:
+        raise InferenceError(f"input channels {c}, weight {list(w)} and groups {groups} are inconsistent")
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    pt, pl, pb, pr = attrs["pads"]
+    if min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+        raise InferenceError("strides and dilations must be >= 1 and pads >= 0")
+    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if ho < 1 or wo < 1:
+        raise InferenceError(f"the kernel {kh}x{kw} does not fit the padded input {h}x{wd}")
+    return (n, o, ho, wo)
+
+
+def _infer_conv2d(operands, attrs):
+    x, w = operands[0], operands[1]
+    out = conv2d_output(x.shape, w.shape, attrs)
+    if len(operands) == 3 and operands[2].shape != (out[1],):
+        raise InferenceError(f"bias shape {list(operands[2].shape)} must be [{out[1]}]")
+    return TensorType(out, promote([t.dtype for t in operands], []))
+
+
+def _infer_gather(operands, attrs):
+    data, indices = operands
+    if indices.dtype not in INTEGERS:
+        raise InferenceError(f"indices must be an integer tensor, got {indices.dtype}")
+    if not data.shape:
+        raise InferenceError("cannot gather from a scalar")
+    axis = normalize_axis(attrs["axis"], len(data.shape))
+    return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)
+
+
+def _infer_custom(operands, attrs):
+    raise InferenceError("custom ops must state their shape and dtype")
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def _flops_per_output(operands, attrs, out: TensorType) -> int:
+    return out.numel
+
+
+def _flops_none(operands, attrs, out) -> int:
+    return 0
+
+
+def _flops_reduce(operands, attrs, out) -> int:
+    return operands[0].numel
+
+
+def _flops_matmul(operands, attrs, out) -> int:
+    batch, m, k, n, _ = matmul_shapes(operands[0].shape, operands[1].shape)
+    return 2 * math.prod(batch) * m * k * n
+
+
+def _flops_conv2d(operands, attrs, out) -> int:
+    _, ci, kh, kw = operands[1].shape
+    bias = out.numel if len(operands) == 3 else 0
+    return 2 * out.numel * ci * kh * kw + bias
+
+
+# ---------------------------------------------------------------- reference semantics
+
+
+def _as_compute(value, dtype: str):
+    """A tensor or literal converted to ``dtype`` (a literal becomes a 0-d array)."""
+    return np.asarray(value).astype(numpy_dtype(dtype))
+
+
+def _ref_map(fn: Callable[..., np.ndarray], compute_in: str = "result"):
+    """Elementwise reference: operands go to the compute dtype, result rounds to ``out``.
+
+    ``compute_in="result"`` computes in the result's compute dtype (float32 for half
+    results); ``"operands"`` computes in the operands' promoted dtype (comparisons and
+    logical ops, whose result is bool).
+    """
+
+    def reference(values, attrs, operand_types, out: TensorType):
+        if compute_in == "operands":
+            dtype = compute_dtype(promote([t.dtype for t in _tensors(operand_types)], _literals(operand_types)))
+        else:
+            dtype = compute_dtype(out.dtype)
+        with np.errstate(all="ignore"):
+            result = fn(*[_as_compute(v, dtype) for v in values], **attrs)
+        return np.broadcast_to(result, out.shape).astype(numpy_dtype(out.dtype))
+
+    return reference
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        inner = np.asarray(math.sqrt(2 / math.pi), x.dtype) * (x + np.asarray(0.044715, x.dtype) * x * x * x)
+        return 0.5 * x * (1 + np.tanh(inner))
+    return 0.5 * x * (1 + scipy.special.erf(x * np.asarray(1 / math.sqrt(2), x.dtype)))
+
+
+def _leaky_relu(x, alpha=0.01):
+    return np.where(x > 0, x, x * np.asarray(alpha, x.dtype))
+
+
+def _clamp(x, min=None, max=None):
+    if min is not None:
+        x = np.maximum(x, np.asarray(min).astype(x.dtype))
+    if max is not None:
+        x = np.minimum(x, np.asarray(max).astype(x.dtype))
+    return x
+
+
+def _int_pow(base, exponent):
+    negative = exponent < 0
+    result = np.power(base, np.where(negative, 0, exponent))
+    odd = (exponent % 2) != 0
+    inverse = np.where(base == 1, 1, np.where(base == -1, np.where(odd, -1, 1), 0)).astype(result.dtype)
+    return np.where(negative, inverse, result)
+
+
+def _pow(a, b):
+    if a.dtype.kind in "iu":
+        return _int_pow(a, b)
+    return np.power(a, b)
+
+
+def _ref_cast(values, attrs, operand_types, out):
+    return np.asarray(values[0]).astype(numpy_dtype(out.dtype))
+
+
+def _ref_where(values, attrs, operand_types, out):
+    dtype = numpy_dtype(out.dtype)
+    cond = np.asarray(values[0]).astype(bool)
+    return np.where(cond, np.asarray(values[1]).astype(dtype), np.asarray(values[2]).astype(dtype)).astype(dtype)
+
+
+def _ref_reduce(fn: Callable[..., np.ndarray]):
+    def reference(values, attrs, operand_types, out):
+        x = values[0]
+        axes = normalize_axes(attrs.get("axes"), x.ndim)
+        in_dtype = operand_types[0].dtype
+        # max/min are exact in the input's own (compute) dtype; sums accumulate wider.
+        acc = compute_dtype(in_dtype) if fn in (np.max, np.min) else accumulator_dtype(in_dtype)
+        with np.errstate(all="ignore"):
+            result = fn(x.astype(numpy_dtype(acc)), axis=axes, keepdims=attrs["keepdims"])
+        return np.asarray(result).astype(numpy_dtype(out.dtype))
+
+    return reference
+
+
+def _ref_arg_reduce(fn: Callable[..., np.ndarray]):
+    def reference(values, attrs, operand_types, out):
+        x = values[0]
+        axes = attrs.get("axes")
+        if axes is None:
+            return np.asarray(fn(x)).reshape(out.shape).astype(np.int64)
+        return fn(x, axis=normalize_axis(axes[0], x.ndim), keepdims=attrs["keepdims"]).astype(np.int64)
+
+    return reference
+
+
+def _ref_reshape(values, attrs, operand_types, out):
+    return np.reshape(values[0], out.shape)
+
+
+def _ref_transpose(values, attrs, operand_types, out):
+    return np.transpose(values[0], transpose_perm(values[0].ndim, attrs.get("perm")))
+
+
+def _ref_broadcast_to(values, attrs, operand_types, out):
+    return np.broadcast_to(values[0], out.shape).copy()
+
+
+def _ref_slice(values, attrs, operand_types, out):
+    x = values[0]
+    # slice.indices() gives range() bounds: a negative stop means "before index 0", which
+    # as a slice bound would mean "the last element", so it becomes None.
+    bounds = [slice(start, None if stop < 0 else stop, step) for start, stop, step in slice_params(x.shape, attrs)]
+    return x[tuple(bounds)].copy()
+
+
+def _ref_concat(values, attrs, operand_types, out):
+    dtype = numpy_dtype(out.dtype)
+    return np.concatenate([v.astype(dtype) for v in values], axis=attrs["axis"])
+
+
+def _ref_pad(values, attrs, operand_types, out):
+    x = values[0]
+    pads = attrs["pads"]
+    rank = x.ndim
+    widths = [(pads[i], pads[i + rank]) for i in range(rank)]
+    value = np.asarray(attrs["value"]).astype(x.dtype)
+    return np.pad(x, widths, mode="constant", constant_values=value)
+
+
+def _ref_matmul(values, attrs, operand_types, out):
+    dtype = numpy_dtype(compute_dtype(out.dtype) if out.dtype in FLOATS else out.dtype)
+    return np.matmul(values[0].astype(dtype), values[1].astype(dtype)).astype(numpy_dtype(out.dtype))
+
+
+def _ref_conv2d(values, attrs, operand_types, out):
+    dtype = numpy_dtype(compute_dtype(out.dtype) if out.dtype in FLOATS else out.dtype)
+    x, w = values[0].astype(dtype), values[1].astype(dtype)
+    pt, pl, pb, pr = attrs["pads"]
+    sh, sw = attrs["strides"]
+    dh, dw = attrs["dilations"]
+    groups = attrs["groups"]
+    n, c, _, _ = x.shape
+    o, ci, kh, kw = w.shape
+    x = np.pad(x, [(0, 0), (0, 0), (pt, pb), (pl, pr)])
+    windows = np.lib.stride_tricks.sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
+    windows = windows[:, :, ::sh, ::sw, ::dh, ::dw][:, :, : out.shape[2], : out.shape[3]]
+    windows = windows.reshape(n, groups, ci, out.shape[2], out.shape[3], kh, kw)
+    weights = w.reshape(groups, o // groups, ci, kh, kw)
+    result = np.einsum("ngchwij,gocij->ngohw", windows, weights).reshape(out.shape)
+    if len(values) == 3:
+        result = result + values[2].astype(dtype).reshape(1, o, 1, 1)
+    return result.astype(numpy_dtype(out.dtype))
+
+
+def _ref_gather(values, attrs, operand_types, out):
+    data, indices = values
+    axis = normalize_axis(attrs["axis"], data.ndim)
+    bound = data.shape[axis]
+    if indices.size and (indices.min() < -bound or indices.max() >= bound):
+        raise IndexError(f"gather index out of range [-{bound}, {bound})")
+    return np.take(data, indices, axis=axis)
+
+
+def _ref_custom(values, attrs, operand_types, out):
+    raise NotImplementedError(f"custom op (kind {attrs.get('kind')!r}) has no reference semantics")
+
+
+# ---------------------------------------------------------------- the registry
+
+REGISTRY: dict[str, OpSpec] = {}
+
+
+def _register(spec: OpSpec) -> None:
+    REGISTRY[spec.name] = spec
+
+
+def _unary(name, fn, dtype_rule=_same_dtype, attrs=None, flops=_flops_per_output):
+    _register(OpSpec(name, "elementwise", 1, 1, _infer_map(dtype_rule), _ref_map(fn), flops, attrs or {}, False))
+
+
+_unary("neg", np.negative, _no_bool("neg", _same_dtype))
+_unary("abs", np.abs)
+_unary("exp", np.exp, _float_result)
+_unary("log", np.log, _float_result)
+_unary("sqrt", np.sqrt, _float_result)
+_unary("rsqrt", lambda x: 1 / np.sqrt(x), _float_result)
+_unary("reciprocal", lambda x: 1 / x, _float_result)
+_unary("tanh", np.tanh, _float_result)
+_unary("sigmoid", scipy.special.expit, _float_result)
+_unary("relu", lambda x: np.maximum(x, np.zeros((), x.dtype)))
+_unary("silu", lambda x: x * scipy.special.expit(x), _float_result)
+_unary("erf", scipy.special.erf, _float_result)
+_unary("sin", np.sin, _float_result)
+_unary("cos", np.cos, _float_result)
+_unary("square", lambda x: x * x)
+_unary("identity", lambda x: x.copy(), flops=_flops_none)
+_unary("logical_not", np.logical_not, _bool_result)
+_unary("gelu", _gelu, _float_result, {"approximate": Attr("approximate", default="none")})
+_unary("leaky_relu", _leaky_relu, _float_result, {"alpha": Attr("number", default=0.01)})
+_unary("clamp", _clamp, _clamp_result, {"min": Attr("number"), "max": Attr("number")})
+_register(
+    OpSpec("cast", "elementwise", 1, 1, _infer_map(_cast_result), _ref_cast, _flops_none,
+           {"dtype": Attr("dtype", required=True)}, False)
+)
+
+
+def _binary(name, fn, dtype_rule=_same_dtype, compute_in="result"):
+    _register(OpSpec(name, "elementwise", 2, 2, _infer_map(dtype_rule), _ref_map(fn, compute_in), _flops_per_output))
+
+
+_binary("add", np.add)
+_binary("sub", np.subtract, _no_bool("sub", _same_dtype))
+_binary("mul", np.multiply)
+_binary("div", np.divide, _div_result)
+_binary("pow", _pow)
+_binary("maximum", np.maximum)
+_binary("minimum", np.minimum)
+for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le", np.less_equal),
+                   ("gt", np.greater), ("ge", np.greater_equal), ("logical_and", np.logical_and),
+                   ("logical_or", np.logical_or)]:
+    _binary(_name, _fn, _bool_result, compute_in="operands")
+_register(OpSpec("where", "elementwise", 3, 3, _infer_map(_where_result), _ref_where, _flops_per_output))
+
+_REDUCE_ATTRS = {"axes": Attr("ints"), "keepdims": Attr("bool", default=False)}
+
+
+def _sum_dtype(dtype):
+    return dtype if dtype in FLOATS else "int64"
+
+
+def _mean_dtype(dtype):
+    return dtype if dtype in FLOATS else "float32"
+
+
+for _name, _fn, _rule, _identity in [
+    ("reduce_sum", np.sum, _sum_dtype, False),
+    ("reduce_mean", np.mean, _mean_dtype, False),
+    ("reduce_prod", np.prod, _sum_dtype, False),
+    ("reduce_max", np.max, lambda d: d, True),
+    ("reduce_min", np.min, lambda d: d, True),
+]:
+    _register(OpSpec(_name, "reduction", 1, 1, _infer_reduce(_rule, _identity), _ref_reduce(_fn),
+                     _flops_reduce, _REDUCE_ATTRS, False))
+for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
+    _register(OpSpec(_name, "reduction", 1, 1, _infer_arg_reduce, _ref_arg_reduce(_fn), _flops_reduce,
+                     _REDUCE_ATTRS, False))
+
+_register(OpSpec("reshape", "injective", 1, 1, _infer_reshape, _ref_reshape, _flops_none,
+                 {"shape": Attr("ints", required=True)}, False))
+_register(OpSpec("transpose", "injective", 1, 1, _infer_transpose, _ref_transpose, _flops_none,
+                 {"perm": Attr("ints")}, False))
+_register(OpSpec("broadcast_to", "broadcast", 1, 1, _infer_broadcast_to, _ref_broadcast_to, _flops_none,
+                 {"shape": Attr("ints", required=True)}, False))
+_register(OpSpec("slice", "injective", 1, 1, _infer_slice, _ref_slice, _flops_none,
+                 {"starts": Attr("ints", required=True), "ends": Attr("ints", required=True),
+                  "axes": Attr("ints"), "steps": Attr("ints")}, False))
+_register(OpSpec("concat", "injective", 1, None, _infer_concat, _ref_concat, _flops_none,
+                 {"axis": Attr("int", required=True)}, False))
+_register(OpSpec("pad", "injective", 1, 1, _infer_pad, _ref_pad, _flops_none,
+                 {"pads": Attr("ints", required=True), "value": Attr("number", default=0)}, False))
+_register(OpSpec("matmul", "contraction", 2, 2, _infer_matmul, _ref_matmul, _flops_matmul, {}, False))
+_register(OpSpec("conv2d", "contraction", 2, 3, _infer_conv2d, _ref_conv2d, _flops_conv2d,
+                 {"strides": Attr("ints", default=[1, 1]), "pads": Attr("ints", default=[0, 0, 0, 0]),
+                  "dilations": Attr("ints", default=[1, 1]), "groups": Attr("int", default=1)}, False))
+_register(OpSpec("gather", "gather", 2, 2, _infer_gather, _ref_gather, _flops_none,
+                 {"axis": Attr("int", default=0)}, False))
+_register(OpSpec("custom", "opaque", 0, None, _infer_custom, _ref_custom, _flops_none,
+                 {"kind": Attr("str", required=True)}, False))

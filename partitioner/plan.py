@@ -1,0 +1,171 @@
+"""Plans and their independent validation: :func:`evaluate` and :class:`Plan`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from .cost import DEFAULT_MAX_OPS, GroupCost, group_cost
+from .graph import Graph
+from .group import Group
+from .hardware import Hardware, load_hardware
+from .legality import check_acyclic, check_group, check_partition
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """Modelled cost of a whole plan: per-group costs and their totals.
+
+    Attributes:
+        groups: one :class:`GroupCost` per group, in plan (launch) order.
+        bytes_read, bytes_written: global-memory traffic, bytes.
+        launches: kernel launches.
+        modeled_time_us: Σ launch overhead + bytes / bandwidth, microseconds (modelled).
+        roofline_time_us: Σ launch overhead + max(bytes / bandwidth, FLOP / peak) (modelled).
+    """
+
+    groups: tuple[GroupCost, ...]
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(g.bytes_read for g in self.groups)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(g.bytes_written for g in self.groups)
+
+    @property
+    def launches(self) -> int:
+        return sum(g.launches for g in self.groups)
+
+    @property
+    def modeled_time_us(self) -> float:
+        return sum(g.modeled_time_us for g in self.groups)
+
+    @property
+    def roofline_time_us(self) -> float:
+        return sum(g.roofline_time_us for g in self.groups)
+
+
+def _launch_order(graph: Graph, groups: list[list[str]]) -> list[list[str]]:
+    """Groups sorted into a topological order of their dependencies (ties by first op)."""
+    ordered = [sorted(ops, key=graph.index.__getitem__) for ops in groups]
+    owner = {name: k for k, ops in enumerate(ordered) for name in ops}
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(ordered)))
+    quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
+    order = nx.lexicographical_topological_sort(quotient, key=lambda k: graph.index[ordered[k][0]])
+    return [ordered[k] for k in order]
+
+
+def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "h100",
+             max_ops: int = DEFAULT_MAX_OPS) -> PlanCost:
+    """Check ANY partition of ``graph`` and return its modelled cost.
+
+    Args:
+        graph: a loaded graph.
+        groups: a list of lists of op names; composite ops are named by the
+            primitives they expand into (``Graph.composites`` lists them).
+        hardware: a profile name or :class:`Hardware`.
+        max_ops: the per-group op cap.
+
+    Returns:
+        :class:`PlanCost` with totals and per-group costs, groups in launch order.
+
+    Raises:
+        IllegalPlan: the first broken rule (partition, group rule, budget, cycle);
+            ``.reason`` is its code and ``.ops`` the ops involved.
+    """
+    hw = load_hardware(hardware)
+    check_partition(graph, groups)
+    members = [Group.of(graph, ops) for ops in groups]
+    for group in members:
+        check_group(group, hw, max_ops)
+    check_acyclic(graph, members)
+    ordered = [Group.of(graph, ops) for ops in _launch_order(graph, groups)]
+    return PlanCost(tuple(group_cost(group, hw, max_ops) for group in ordered))
+
+
+@dataclass(frozen=True)
+class SolverInfo:
+    """How a plan was found.
+
+    Attributes:
+        status: ``OPTIMAL`` (proven), ``FEASIBLE`` (time limit; ``gap`` tells how far
+            from proven), ``GREEDY`` (the ILP found nothing better than its warm
+            start), or ``HEURISTIC`` for non-ILP strategies.
+        wall_s: planning wall time, seconds (measured on this machine).
+        bound_us: a lower bound on the modelled time of any legal plan, or ``None``.
+        gap: ``(time - bound) / time``, or ``None`` without a bound.
+        details: strategy-specific counters (candidates, cuts, ...).
+    """
+
+    status: str
+    wall_s: float
+    bound_us: float | None = None
+    gap: float | None = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A validated partition of a graph into fusion groups.
+
+    Attributes:
+        graph, hardware, strategy: what was planned, for which GPU, by which strategy.
+        groups: lists of op names in launch order.
+        cost: the :class:`PlanCost` from :func:`evaluate`.
+        solver: :class:`SolverInfo`.
+    """
+
+    graph: Graph
+    hardware: Hardware
+    strategy: str
+    groups: list[list[str]]
+    cost: PlanCost
+    solver: SolverInfo
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready data (the CLI's ``--format json`` object)."""
+        return {
+            "graph": self.graph.name,
+            "hardware": self.hardware.name,
+            "strategy": self.strategy,
+            "groups": [
+                {
+                    "ops": list(g.ops),
+                    "kind": g.kind,
+                    "bytes_read": g.bytes_read,
+                    "bytes_written": g.bytes_written,
+                    "launches": g.launches,
+                    "flops": g.flops,
+                    "modeled_time_us": g.modeled_time_us,
+                    "roofline_time_us": g.roofline_time_us,
+                    "budgets": {
+                        name: {"used": getattr(g.budgets, name), "limit": getattr(g.budgets, name + "_limit")}
+                        for name in ("shared_memory", "registers", "kernel_params", "ops")
+                    },
+                }
+                for g in self.cost.groups
+            ],
+            "totals": {
+                "bytes_read": self.cost.bytes_read,
+                "bytes_written": self.cost.bytes_written,
+                "launches": self.cost.launches,
+                "modeled_time_us": self.cost.modeled_time_us,
+                "roofline_time_us": self.cost.roofline_time_us,
+            },
+            "solver": {
+                "status": self.solver.status,
+                "wall_s": self.solver.wall_s,
+                "bound_us": self.solver.bound_us,
+                "gap": self.solver.gap,
+                **self.solver.details,
+            },
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), indent=indent)

@@ -1,0 +1,82 @@
+"""NumPy execution of a whole graph, op by op (the unfused reference)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .dtypes import FLOATS, INTEGERS, numpy_dtype
+from .graph import Graph
+from .ops import TensorType, normalize_axis
+
+
+def _index_bounds(graph: Graph) -> dict[str, int]:
+    """Graph input -> exclusive upper bound for random values, where it indexes a gather."""
+    bounds: dict[str, int] = {}
+    for op in graph.ops.values():
+        if op.kind == "gather":
+            data, indices = op.inputs
+            base = graph.storage[indices]
+            if base in graph.inputs:
+                dim = graph.tensor(data).shape[normalize_axis(op.attrs["axis"], len(graph.tensor(data).shape))]
+                bounds[base] = min(bounds.get(base, dim), dim)
+    return bounds
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random values for every graph input: standard normal floats, booleans,
+    and integers in ``[0, 16)`` (or within the indexed axis where they feed a gather)."""
+    rng = np.random.default_rng(seed)
+    bounds = _index_bounds(graph)
+    values = {}
+    for name, t in graph.inputs.items():
+        if t.dtype in FLOATS:
+            data = rng.standard_normal(t.shape, dtype=np.float32)
+        elif t.dtype in INTEGERS:
+            data = rng.integers(0, max(1, bounds.get(name, 16)), t.shape)
+        else:
+            data = rng.integers(0, 2, t.shape).astype(bool)
+        values[name] = np.asarray(data).astype(numpy_dtype(t.dtype))
+    return values
+
+
+def run_op(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray:
+    """One op's result from its operands in ``values`` (the registry's semantics; a
+    stated dtype casts the promoted result)."""
+    op = graph.ops[name]
+    operands = [values[i] if isinstance(i, str) else i for i in op.inputs]
+    types = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+    result = op.spec.reference(operands, op.attrs, types, TensorType(op.out.shape, op.promoted))
+    return np.asarray(result).astype(numpy_dtype(op.out.dtype), copy=False)
+
+
+def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Execute ``graph`` op by op with NumPy.
+
+    Args:
+        graph: a loaded graph.
+        inputs: values for graph inputs (missing ones are drawn by :func:`random_inputs`).
+        seed: seed for the drawn inputs.
+
+    Returns:
+        Tensor name -> array, for every graph input and every op.
+
+    Raises:
+        ValueError: a given input has the wrong shape or dtype, or names no input.
+        NotImplementedError: the graph has a ``custom`` op (it has no semantics).
+    """
+    given = dict(inputs or {})
+    unknown = sorted(set(given) - set(graph.inputs))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a graph input")
+    values = random_inputs(graph, seed)
+    for name, array in given.items():
+        t = graph.inputs[name]
+        array = np.asarray(array)
+        if array.shape != t.shape or array.dtype != numpy_dtype(t.dtype):
+            raise ValueError(f"input '{name}' must be {t.dtype}{list(t.shape)}, got {array.dtype}{list(array.shape)}")
+        values[name] = array
+    for name, op in graph.ops.items():
+        if op.kind == "custom":
+            raise NotImplementedError(f"op '{name}' is custom (kind {op.attrs['kind']!r}) and has no semantics")
+        values[name] = run_op(graph, name, values)
+    return values

@@ -1,0 +1,136 @@
+"""Plan reports: a text report (``rich`` tables) and a JSON object.
+
+Every cost figure is *modelled* (``docs/cost-model.md``); the only measured figure
+is planning wall time, measured on the machine that ran the planner.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from .plan import Plan
+
+_MODELLED = "modelled by the cost model (docs/cost-model.md), not measured"
+_MEASURED = "planning wall time measured on this machine"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.2f}"
+
+
+def _gap(plan: Plan) -> str:
+    return "-" if plan.solver.gap is None else f"{plan.solver.gap:.2%}"
+
+
+def _header(plan: Plan) -> list[str]:
+    g, hw = plan.graph, plan.hardware
+    views = sum(1 for op in g.ops.values() if op.is_view)
+    lines = [
+        f"graph     {g.name}: {len(g.ops)} ops ({views} views, {len(g.composites)} composites expanded), "
+        f"{len(g.inputs)} inputs, {len(g.outputs)} outputs" + (f"; source: {g.source}" if g.source else ""),
+        f"hardware  {hw.name}: HBM {hw.hbm_bandwidth_gb_per_s:g} GB/s, launch overhead {hw.launch_overhead_us:g} us, "
+        f"shared memory {hw.smem_per_block_optin_bytes} B/block, {hw.registers_per_thread} registers/thread",
+    ]
+    if g.dead_ops:
+        shown = ", ".join(g.dead_ops[:8]) + (", ..." if len(g.dead_ops) > 8 else "")
+        lines.append(f"dead code {len(g.dead_ops)} op(s) reach no output and are kept: {shown}")
+    s = plan.solver
+    bound = "" if s.bound_us is None else f", lower bound {s.bound_us:,.1f} us, gap {_gap(plan)}"
+    lines.append(f"strategy  {plan.strategy}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
+    return lines
+
+
+def _budget(used: int, limit: int) -> str:
+    flag = " OVER" if used > limit else ""
+    return f"{used}/{limit}{flag}"
+
+
+def _groups_table(plan: Plan) -> Table:
+    table = Table(title=f"Fusion groups of the {plan.strategy} plan (times {_MODELLED})", title_justify="left")
+    for column in ("#", "kind", "ops", "read MB", "written MB", "time us", "roofline us",
+                   "smem B", "regs", "params B", "ops/cap"):
+        table.add_column(column, justify="left" if column in ("kind", "ops") else "right", overflow="fold")
+    for k, g in enumerate(plan.cost.groups):
+        if g.kind == "view":
+            continue
+        b = g.budgets
+        table.add_row(
+            str(k), g.kind, ", ".join(g.ops), _mb(g.bytes_read), _mb(g.bytes_written),
+            f"{g.modeled_time_us:,.2f}", f"{g.roofline_time_us:,.2f}",
+            _budget(b.shared_memory, b.shared_memory_limit), _budget(b.registers, b.registers_limit),
+            _budget(b.kernel_params, b.kernel_params_limit), _budget(b.ops, b.ops_limit),
+        )
+    return table
+
+
+def _views_line(plan: Plan) -> str | None:
+    views = [name for g in plan.cost.groups if g.kind == "view" for name in g.ops]
+    if not views:
+        return None
+    shown = ", ".join(views[:12]) + (", ..." if len(views) > 12 else "")
+    return f"views     {len(views)} reshape(s) outside any kernel, free (no launch, no bytes): {shown}"
+
+
+def _totals_line(plan: Plan) -> str:
+    c = plan.cost
+    return (
+        f"totals    launches {c.launches}, read {_mb(c.bytes_read)} MB, written {_mb(c.bytes_written)} MB, "
+        f"time {c.modeled_time_us:,.1f} us, roofline {c.roofline_time_us:,.1f} us ({_MODELLED})"
+    )
+
+
+def comparison_table(plans: list[Plan]) -> Table:
+    """Side-by-side totals of several strategies' plans for one graph."""
+    base = next((p for p in plans if p.strategy == "none"), plans[0])
+    table = Table(
+        title=f"Strategies compared (bytes and times {_MODELLED}; plan time {_MEASURED})", title_justify="left"
+    )
+    for column in ("strategy", "launches", "read MB", "written MB", "time us", "vs none", "plan time s",
+                   "status", "gap"):
+        table.add_column(column, justify="left" if column in ("strategy", "status") else "right")
+    for p in plans:
+        c = p.cost
+        table.add_row(
+            p.strategy, str(c.launches), _mb(c.bytes_read), _mb(c.bytes_written), f"{c.modeled_time_us:,.1f}",
+            f"{base.cost.modeled_time_us / c.modeled_time_us:.2f}x" if c.modeled_time_us else "-",
+            f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p),
+        )
+    return table
+
+
+def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool = True,
+                width: int | None = None) -> str:
+    """The plan as text: header, per-group table (``detailed``), totals, and the
+    comparison table when ``comparison`` is given."""
+    out = io.StringIO()
+    console = Console(file=out, width=width or 200, no_color=True, highlight=False, soft_wrap=False)
+    for line in _header(plan):
+        console.print(line, markup=False)
+    if detailed:
+        console.print(_groups_table(plan))
+    else:
+        for k, g in enumerate(plan.cost.groups):
+            if g.kind != "view":
+                console.print(f"  [{k}] {g.kind}: {', '.join(g.ops)}", markup=False)
+    views = _views_line(plan)
+    if views:
+        console.print(views, markup=False)
+    console.print(_totals_line(plan), markup=False)
+    if comparison:
+        console.print(comparison_table(comparison))
+    return out.getvalue()
+
+
+def json_report(plan: Plan, comparison: list[Plan] | None = None) -> dict:
+    """The plan as one JSON-ready object (see ``Plan.to_dict``), plus ``dead_ops`` and,
+    when given, ``comparison`` (each strategy's totals and solver status)."""
+    data = plan.to_dict()
+    data["dead_ops"] = list(plan.graph.dead_ops)
+    if comparison:
+        data["comparison"] = [
+            {"strategy": p.strategy, **p.to_dict()["totals"], "solver": p.to_dict()["solver"]} for p in comparison
+        ]
+    return data

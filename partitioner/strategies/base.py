@@ -1,0 +1,62 @@
+"""The interface every strategy implements, and the plan assembly they share.
+
+Strategies decide which *compute* ops (every op but views) share a group. A group
+is the convex hull of its compute ops, which adds exactly the views that lie
+between them; every other view is a free group of its own. This is what
+``assemble`` does, so no strategy places views itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable
+
+from ..cost import DEFAULT_MAX_OPS
+from ..graph import Graph
+from ..group import Group
+from ..hardware import Hardware
+
+#: progress(phase, best_time_us, bound_time_us or None, elapsed_s) during long solves.
+Progress = Callable[[str, float, float | None, float], None]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Planning options: wall-clock ``time_limit`` in seconds (``None``: the
+    strategy's default), the per-group op cap, and an optional progress callback."""
+
+    time_limit: float | None = None
+    max_ops: int = DEFAULT_MAX_OPS
+    progress: Progress | None = None
+
+
+class Strategy(ABC):
+    """A partitioning strategy. ``plan`` returns groups of op names (compute ops and
+    views) and solver information; :func:`partitioner.partition` validates them."""
+
+    name: str
+
+    @abstractmethod
+    def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
+        """Groups of op names, plus a dict of ``SolverInfo`` fields (``status``,
+        ``bound_us``, ``gap``, ``details``)."""
+
+
+def group_of(graph: Graph, compute: int) -> Group | None:
+    """The group whose compute ops are ``compute``: their convex hull, or ``None``
+    when the hull would take in another compute op (the set is not convex)."""
+    hull = graph.convex_hull(compute)
+    if (hull ^ compute) & graph.compute_mask:
+        return None
+    return Group(graph, hull)
+
+
+def assemble(graph: Graph, computes: list[int]) -> list[list[str]]:
+    """Groups of op names from compute-op bitsets: each hull, then each left-over view alone."""
+    groups = [graph.names(graph.convex_hull(mask)) for mask in computes]
+    covered = 0
+    for mask in computes:
+        covered |= graph.convex_hull(mask)
+    groups += [[name] for name in graph.names(((1 << len(graph.ops)) - 1) & ~covered)]
+    return groups

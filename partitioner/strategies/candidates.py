@@ -1,0 +1,203 @@
+"""Exhaustive enumeration of candidate fusion groups for the ILP.
+
+A candidate is a set of compute ops (views are added by ``base.group_of``) that
+``legality`` accepts. Every legal group is produced exactly once, so a
+set-partitioning model over the candidates has the optimum of the problem over
+all legal plans.
+
+Legal groups are connected, so they are enumerated as connected sets with ESU
+(Wernicke, "Efficient detection of network motifs", IEEE/ACM TCBB 2006): a set is
+grown from its first member ``v`` by adding neighbours that come after ``v`` and are
+not adjacent to the set grown so far; every connected set is reached once. Each
+group kind is enumerated from its own anchor over its own universe of ops:
+
+* pointwise groups: from each pointwise op, over pointwise ops;
+* contraction groups: from each contraction, over it and pointwise ops;
+* reduction groups: from each reduction, over the reductions of the same
+  signature that come after it and pointwise ops;
+* gather and custom ops: alone.
+
+A branch of the search is cut only when no set in it can be legal:
+
+* the convex hull of the set breaks a hereditary rule
+  (``legality.hereditary_violation``); every convex superset contains the hull;
+* a value the set produces is *must-write* (a graph output, or read by an op the
+  branch can no longer add) and the written values already break the kind's
+  iteration-space rule: two element counts in a pointwise group; a written
+  prologue value, or a written value or an epilogue op off the product's element
+  count, or a layout op in the epilogue of a contraction group.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..graph import Graph
+from ..group import Group
+from ..hardware import Hardware
+from ..legality import hereditary_violation, is_legal
+from .base import group_of
+
+
+class _Stop(Exception):
+    """The enumeration reached its candidate or time budget."""
+
+
+@dataclass
+class Candidates:
+    """Legal candidate groups (compute-op bitsets) and their groups, in a fixed order.
+
+    ``complete`` is False when the search stopped at its budget: then the list holds
+    only the candidates found so far and no optimality claim can rest on it.
+    """
+
+    masks: list[int]
+    groups: list[Group]
+    states: int
+    seconds: float
+    complete: bool
+
+
+def neighbours(graph: Graph) -> dict[int, int]:
+    """Compute op index -> bitset of compute ops it can share a group with directly:
+    its producers and consumers (through views) and the other readers of a tensor it reads."""
+    out: dict[int, int] = {}
+    for name, op in graph.ops.items():
+        if op.is_view:
+            continue
+        i = graph.index[name]
+        mask = graph.storage_readers.get(name, 0)
+        for base in graph.storage_reads[name]:
+            mask |= graph.storage_readers.get(base, 0)
+            if base in graph.ops:
+                mask |= 1 << graph.index[base]
+        out[i] = mask & ~(1 << i)
+    return out
+
+
+class _Search:
+    """One exhaustive enumeration; see the module docstring."""
+
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, deadline: float | None, max_candidates: int):
+        self.graph, self.hw, self.max_ops = graph, hw, max_ops
+        self.deadline, self.max_candidates = deadline, max_candidates
+        self.adj = neighbours(graph)
+        classes = graph.class_masks
+        self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
+        self.pointwise &= graph.compute_mask
+        self.numel = {i: graph.ops[graph.order[i]].out.numel for i in self.adj}
+        self.hull_ok: dict[int, bool] = {}
+        self.masks: list[int] = []
+        self.groups: list[Group] = []
+        self.states = 0
+
+    def viable(self, mask: int) -> bool:
+        hull = self.graph.convex_hull(mask)
+        ok = self.hull_ok.get(hull)
+        if ok is None:
+            ok = self.hull_ok[hull] = hereditary_violation(self.graph, hull, self.max_ops) is None
+        return ok
+
+    def must_writes(self, mask: int, addable: int) -> list[int]:
+        """Members whose value every set of this branch writes."""
+        g = self.graph
+        out = []
+        for name in g.names(mask):
+            readers = g.storage_readers.get(name, 0) & ~mask
+            if name in g.output_storages or readers & ~addable:
+                out.append(g.index[name])
+                continue
+            while readers:
+                low = readers & -readers
+                readers ^= low
+                if not self.viable(mask | low):
+                    out.append(g.index[name])
+                    break
+        return out
+
+    def _pointwise_conflict(self, mask: int, addable: int) -> bool:
+        g = self.graph
+        counts = {self.numel[i] for i in self.must_writes(mask, addable)}
+        for name in g.names(mask):
+            if not g.storage_readers.get(name, 0) and name not in g.output_storages:
+                counts.add(self.numel[g.index[name]])
+        return len(counts) > 1
+
+    def _contraction_conflict(self, anchor: int, mask: int, addable: int) -> bool:
+        g = self.graph
+        prologue = g.ancestors_mask[anchor]
+        epilogue = g.descendants_mask[anchor]
+        size = self.numel[anchor]
+        rest = mask & epilogue
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            i = low.bit_length() - 1
+            if self.numel[i] != size or g.ops[g.order[i]].op_class == "injective":
+                return True
+        for i in self.must_writes(mask, addable):
+            if prologue >> i & 1 or (i != anchor and self.numel[i] != size):
+                return True
+        return False
+
+    def emit(self, mask: int) -> None:
+        group = group_of(self.graph, mask)
+        if group is not None and is_legal(group, self.hw, self.max_ops):
+            self.masks.append(mask)
+            self.groups.append(group)
+            if len(self.masks) >= self.max_candidates:
+                raise _Stop
+
+    def run(self, kind: str, anchor: int, universe: int, above: int) -> None:
+        """ESU from ``anchor`` over ``universe``, adding only ops in ``above``."""
+        adj = self.adj
+        start = adj[anchor] & universe
+        stack = [(1 << anchor, start & above, start | (1 << anchor))]
+        while stack:
+            mask, ext, closed = stack.pop()
+            self.states += 1
+            if self.states % 2048 == 0 and self.deadline is not None and time.perf_counter() > self.deadline:
+                raise _Stop
+            addable = ext | (universe & above & ~closed)
+            if kind == "pointwise" and self._pointwise_conflict(mask, addable):
+                continue
+            if kind == "contraction" and self._contraction_conflict(anchor, mask, addable):
+                continue
+            self.emit(mask)
+            while ext:
+                low = ext & -ext
+                ext ^= low
+                grown = mask | low
+                if not self.viable(grown):
+                    continue
+                w = low.bit_length() - 1
+                fresh = adj[w] & universe & above & ~closed
+                stack.append((grown, ext | fresh, closed | (adj[w] & universe)))
+
+
+def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: float | None = None,
+                         max_candidates: int = 2_000_000) -> Candidates:
+    """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
+    the search passes ``deadline`` (a ``time.perf_counter()`` value) or finds
+    ``max_candidates`` groups: then ``complete`` is False."""
+    begin = time.perf_counter()
+    search = _Search(graph, hw, max_ops, deadline, max_candidates)
+    pointwise = search.pointwise
+    complete = True
+    try:
+        for i in sorted(search.adj):
+            op = graph.ops[graph.order[i]]
+            later = ~((1 << (i + 1)) - 1)
+            if pointwise >> i & 1:
+                search.run("pointwise", i, pointwise, pointwise & later)
+            elif op.op_class == "contraction":
+                search.run("contraction", i, pointwise | (1 << i), pointwise)
+            elif op.op_class == "reduction":
+                same = graph.reduction_classes[graph.reduction_signature(op.name)]
+                search.run("reduction", i, pointwise | same, pointwise | (same & later))
+            else:
+                search.emit(1 << i)
+    except _Stop:
+        complete = False
+    return Candidates(search.masks, search.groups, search.states, time.perf_counter() - begin, complete)

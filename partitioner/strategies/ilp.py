@@ -1,0 +1,190 @@
+"""The ``ilp`` strategy: exact set partitioning over every legal group, with CP-SAT.
+
+Model: one boolean per candidate group (``candidates.py`` enumerates every legal
+group); each compute op is covered by exactly one chosen group; minimise the sum
+of the chosen groups' exact integer objectives (``cost.objective``, proportional
+to modelled time). A group's cost depends only on the group, so the sum is the
+plan's cost and the optimum over complete candidates is the optimum over all
+legal plans. Convex groups can still form a cycle between groups; such a cycle is
+cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which keeps
+every bound valid.
+
+The solve is warm-started from the greedy plan (a complete hint) and never
+returns anything costlier. CP-SAT runs on one worker with a fixed seed, which is
+deterministic: the same input gives the same plan whenever the solve finishes
+within its time limit. (On the graphs in ``graphs/`` one worker proves optimality
+as fast as two; CP-SAT's deterministic parallel mode, ``interleave_search``, was
+4-5x slower there.)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import networkx as nx
+from ortools.sat.python import cp_model
+
+from ..cost import objective
+from ..graph import Graph
+from ..group import Group
+from ..hardware import Hardware
+from ..legality import hereditary_violation
+from .base import Options, Progress, Strategy, assemble
+from .candidates import enumerate_candidates
+from .greedy import greedy_groups
+
+DEFAULT_TIME_LIMIT_S = 60.0
+# Share of the time limit the candidate enumeration may use before the solve.
+ENUMERATION_SHARE = 0.8
+WORKERS = 1
+
+
+def _to_us(value: float, hw: Hardware) -> float:
+    """Integer objective (``cost.objective`` units) -> modelled microseconds."""
+    return value / hw.launch_bytes.denominator / hw.bandwidth * 1e6
+
+
+def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
+    """A valid lower bound on any legal plan's integer objective, from structure alone.
+
+    Every read graph input is read once, every output written once, a tensor whose
+    producer and a reader can never share a group is written and read once, and no
+    two of {contractions, gather/custom ops, reduction signature classes} share a group.
+    """
+    g = graph
+    bytes_ = 0
+    for base in g.inputs:
+        if g.storage_readers.get(base):
+            bytes_ += g.inputs[base].nbytes
+    for name in g.names(g.compute_mask):
+        size = g.ops[name].out.nbytes
+        readers = g.storage_readers.get(name, 0)
+        split = any(
+            hereditary_violation(g, g.convex_hull((1 << g.index[name]) | (1 << g.index[r])), max_ops)
+            for r in g.names(readers)
+        )
+        bytes_ += size * (int(name in g.output_storages or split) + int(split))
+    classes = g.class_masks
+    groups = (classes.get("contraction", 0) | classes.get("gather", 0) | classes.get("opaque", 0)).bit_count()
+    groups += len(g.reduction_classes)
+    launch = hw.launch_bytes
+    return groups * launch.numerator + bytes_ * launch.denominator
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Forwards incumbents and bounds to a :data:`Progress` callback, at most twice a second."""
+
+    def __init__(self, report: Progress | None, hw: Hardware, start: float, best: int):
+        super().__init__()
+        self.report, self.hw, self.start = report, hw, start
+        self.best, self.bound, self.last = best, -math.inf, 0.0
+
+    def on_solution_callback(self) -> None:
+        self.best = min(self.best, int(self.ObjectiveValue()))
+        self.tick()
+
+    def on_bound(self, bound: float) -> None:
+        self.bound = max(self.bound, bound)
+        self.tick()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.report is not None and now - self.last >= 0.5:
+            self.last = now
+            bound = _to_us(self.bound, self.hw) if self.bound > -math.inf else None
+            self.report("solving", _to_us(self.best, self.hw), bound, now - self.start)
+
+
+def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
+    """Candidate positions (into ``chosen``) forming a cycle between groups, if any."""
+    groups = assemble(graph, chosen)
+    owner = {name: k for k, ops in enumerate(groups) for name in ops}
+    quotient = nx.DiGraph()
+    quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
+    try:
+        cycle = nx.find_cycle(quotient)
+    except nx.NetworkXNoCycle:
+        return None
+    return sorted({k for k, _ in cycle if k < len(chosen)})
+
+
+class Ilp(Strategy):
+    """Exact set partitioning (see module docstring)."""
+
+    name = "ilp"
+
+    def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
+        start = time.perf_counter()
+        limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
+        deadline = start + limit
+        warm = greedy_groups(graph, hw, options.max_ops)
+        cands = enumerate_candidates(graph, hw, options.max_ops, deadline=start + ENUMERATION_SHARE * limit)
+        masks = list(cands.masks)
+        costs = [objective(group, hw) for group in cands.groups]
+        position = {mask: k for k, mask in enumerate(masks)}
+        for mask in warm:
+            if mask not in position:  # only when the enumeration stopped early
+                position[mask] = len(masks)
+                masks.append(mask)
+                costs.append(objective(Group(graph, graph.convex_hull(mask)), hw))
+        best = [position[mask] for mask in warm]
+        best_cost = sum(costs[k] for k in best)
+        bound = structural_bound(graph, hw, options.max_ops) if not cands.complete else 0
+
+        model = cp_model.CpModel()
+        x = [model.NewBoolVar(f"g{k}") for k in range(len(masks))]
+        covers: dict[int, list[int]] = {}
+        for k, mask in enumerate(masks):
+            while mask:
+                low = mask & -mask
+                covers.setdefault(low.bit_length() - 1, []).append(k)
+                mask ^= low
+        for i in sorted(covers):
+            model.AddExactlyOne(x[k] for k in covers[i])
+        model.Minimize(sum(c * v for c, v in zip(costs, x)))
+
+        status, cuts, solves = "FEASIBLE", 0, 0
+        while time.perf_counter() < deadline:
+            model.ClearHints()
+            chosen_best = set(best)
+            for k, var in enumerate(x):
+                model.AddHint(var, k in chosen_best)
+            solver = cp_model.CpSolver()
+            solver.parameters.max_time_in_seconds = max(0.1, deadline - time.perf_counter())
+            solver.parameters.num_workers = WORKERS
+            solver.parameters.random_seed = 0
+            callback = _Progress(options.progress, hw, start, best_cost)
+            solver.best_bound_callback = callback.on_bound
+            result = solver.Solve(model, callback)
+            solves += 1
+            if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                break
+            if cands.complete:
+                bound = max(bound, math.ceil(solver.BestObjectiveBound() - 1e-6))
+            chosen = [k for k in range(len(masks)) if solver.Value(x[k])]
+            cycle = _find_cycle(graph, [masks[k] for k in chosen])
+            if cycle is not None:
+                model.Add(sum(x[chosen[p]] for p in cycle) <= len(cycle) - 1)
+                cuts += 1
+                continue
+            cost = sum(costs[k] for k in chosen)
+            if cost < best_cost:
+                best, best_cost = chosen, cost
+            if result == cp_model.OPTIMAL and cands.complete:
+                status = "OPTIMAL"
+            break
+        if status != "OPTIMAL" and best_cost == sum(costs[position[m]] for m in warm):
+            status = "GREEDY"
+        bound = min(bound, best_cost)
+        best_us, bound_us = _to_us(best_cost, hw), _to_us(bound, hw)
+        details = {
+            "candidates": len(cands.masks),
+            "enumeration_complete": cands.complete,
+            "enumeration_s": round(cands.seconds, 3),
+            "cycle_cuts": cuts,
+            "solves": solves,
+        }
+        groups = assemble(graph, [masks[k] for k in best])
+        gap = 0.0 if best_cost == 0 else (best_cost - bound) / best_cost
+        return groups, {"status": status, "bound_us": bound_us, "gap": gap, "details": details}

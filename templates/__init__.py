@@ -1,0 +1,1 @@
+"""Jinja2 CUDA templates, installed as the package ``backends.templates``."""

@@ -1,0 +1,72 @@
+"""A Hypothesis strategy for small random operator graphs mixing every op class."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from partitioner import load_graph
+
+KINDS = ("unary", "binary", "reduce", "normalize", "matmul", "transpose", "reshape", "broadcast", "slice",
+         "concat", "custom", "gather")
+
+
+@st.composite
+def small_graphs(draw, max_ops: int = 8):
+    """A valid format-v1 graph with at most ``max_ops`` primitive ops."""
+    # large enough that bytes weigh as much as launches in the objective
+    m, n = draw(st.sampled_from([(256, 512), (512, 512), (128, 1024)]))
+    dtype = draw(st.sampled_from(["float32", "float16"]))
+    inputs = {"x": [m, n], "y": [m, n], "w": [n, n], "bias": [n], "idx": [m]}
+    pool: list[tuple[str, tuple[int, ...]]] = [("x", (m, n)), ("y", (m, n))]
+    ops: list[dict] = []
+
+    def add(kind, operands, out_shape, **extra):
+        name = f"o{len(ops)}"
+        ops.append({"name": name, "op": kind, "inputs": list(operands), **extra})
+        pool.append((name, tuple(out_shape)))
+        return name
+
+    while len(ops) < max_ops:
+        kind = draw(st.sampled_from(KINDS))
+        # prefer recent results so that the graph is deep rather than a fan of inputs
+        src, shape = pool[len(pool) - 1 - draw(st.integers(0, min(3, len(pool) - 1)))]
+        rank = len(shape)
+        if kind == "binary":
+            partners = [t for t, s in pool if s == shape and t != src] + (["bias"] if shape[-1:] == (n,) else [])
+            other = draw(st.sampled_from(partners + [0.5]))
+            add(draw(st.sampled_from(["add", "mul", "maximum"])), [src, other], shape)
+        elif kind == "reduce" and rank:
+            axis = draw(st.sampled_from(list(range(rank))))
+            keep = draw(st.booleans())
+            out = tuple(1 if i == axis else d for i, d in enumerate(shape)) if keep else shape[:axis] + shape[axis + 1:]
+            add(draw(st.sampled_from(["reduce_sum", "reduce_max", "reduce_mean"])), [src], out,
+                attrs={"axes": [axis], "keepdims": keep})
+        elif kind == "normalize" and rank and len(ops) <= max_ops - 2:
+            mean = add("reduce_mean", [src], shape[:-1] + (1,), attrs={"axes": [-1], "keepdims": True})
+            add("sub", [src, mean], shape)
+        elif kind == "matmul" and shape[-1:] == (n,) and rank == 2:
+            add("matmul", [src, "w"], shape)
+        elif kind == "transpose" and rank == 2:
+            add("transpose", [src], shape[::-1], attrs={"perm": [1, 0]})
+        elif kind == "reshape" and rank:
+            target = (shape[0] * shape[1],) if rank == 2 else (shape[0], 1)
+            add("reshape", [src], target, attrs={"shape": list(target)})
+        elif kind == "broadcast" and rank == 2 and shape[1] == 1:
+            add("broadcast_to", [src], (shape[0], n), attrs={"shape": [shape[0], n]})
+        elif kind == "slice" and rank and shape[-1] > 1:
+            add("slice", [src], shape[:-1] + (shape[-1] // 2,),
+                attrs={"starts": [0], "ends": [shape[-1] // 2], "axes": [-1]})
+        elif kind == "concat" and rank:
+            add("concat", [src, src], (2 * shape[0],) + shape[1:], attrs={"axis": 0})
+        elif kind == "custom":
+            add("custom", [src], shape, attrs={"kind": "opaque"}, shape=list(shape), dtype=dtype)
+        elif kind == "gather" and rank == 2:
+            add("gather", [src, "idx"], (m,) + shape[1:], attrs={"axis": 0})
+        else:
+            add(draw(st.sampled_from(["exp", "relu", "neg", "tanh"])), [src], shape)
+    names = [o["name"] for o in ops]
+    outputs = [names[-1]] + draw(st.lists(st.sampled_from(names[:-1]), max_size=2, unique=True))
+    used = {i for o in ops for i in o["inputs"] if isinstance(i, str)}
+    entries = [{"name": k, "shape": v, "dtype": "int64" if k == "idx" else dtype}
+               for k, v in inputs.items() if k in used]
+    return load_graph({"name": "random", "inputs": entries, "ops": ops, "outputs": outputs})

@@ -1,0 +1,80 @@
+"""The ``partition`` command: reports, JSON, hardware choice, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from partitioner import cli
+
+from .conftest import ROOT
+
+GRAPH = str(ROOT / "graphs" / "mlp_gelu_f16.yaml")
+
+
+def test_report_shows_groups_budgets_and_comparison(capsys):
+    assert cli.main([GRAPH, "--report"]) == 0
+    out = capsys.readouterr().out
+    for text in ("Fusion groups of the ilp plan", "contraction", "smem B", "regs", "params B",
+                 "Strategies compared", "none", "greedy", "OPTIMAL", "not measured", "measured on this machine"):
+        assert text in out, text
+
+
+def test_json_has_the_documented_fields(capsys):
+    assert cli.main([GRAPH, "--format", "json", "--report"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"graph", "hardware", "strategy", "groups", "totals", "solver"} <= set(data)
+    assert all(isinstance(g["ops"], list) for g in data["groups"])
+    assert {"bytes_read", "bytes_written", "launches", "modeled_time_us"} <= set(data["totals"])
+    assert {"status", "wall_s", "gap"} <= set(data["solver"])
+    assert [c["strategy"] for c in data["comparison"]] == ["none", "greedy", "ilp"]
+
+
+def test_strategy_and_hardware_choices(capsys, tmp_path):
+    assert cli.main([GRAPH, "--strategy", "greedy", "--hardware", "a100", "--format", "json"]) == 0
+    a100 = json.loads(capsys.readouterr().out)
+    assert a100["strategy"] == "greedy" and a100["hardware"] == "a100"
+    profile = tmp_path / "slow.yaml"
+    profile.write_text("base: h100\nname: slow\nhbm_bandwidth_gb_per_s: 1000\nsources: {hbm_bandwidth_gb_per_s: test}\n")
+    assert cli.main([GRAPH, "--hardware", str(profile), "--format", "json"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["hardware"] == "slow"
+    assert cli.main([GRAPH, "--format", "json"]) == 0
+    h100 = json.loads(capsys.readouterr().out)
+    assert slow["totals"]["modeled_time_us"] > h100["totals"]["modeled_time_us"]
+
+
+@pytest.mark.parametrize("args", [["--hardware", "tpu"], ["--hardware", "missing.yaml"]])
+def test_bad_hardware_exits_2_with_one_line(capsys, args):
+    assert cli.main([GRAPH, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hardware" in err.lower()
+
+
+def test_bad_arguments_exit_2():
+    with pytest.raises(SystemExit) as info:
+        cli.main([GRAPH, "--time-limit", "0"])
+    assert info.value.code == 2
+
+
+def test_internal_failure_exits_1_without_traceback(capsys, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("solver exploded")
+
+    monkeypatch.setattr(cli, "partition", boom)
+    assert cli.main([GRAPH]) == 1
+    err = capsys.readouterr().err
+    assert err == "partition: internal error: RuntimeError: solver exploded\n"
+
+
+def test_progress_goes_to_stderr_only_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False)
+    assert cli._progress_printer() is None
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    show = cli._progress_printer()
+    show("solving", 110.0, 100.0, 0.5)
+    assert capsys.readouterr().err == ""  # quiet during the first second
+    show("solving", 110.0, 100.0, 2.0)
+    err = capsys.readouterr().err
+    assert "best 110.0 us" in err and "bound 100.0 us" in err and "gap 9.09%" in err

@@ -1,0 +1,226 @@
+"""The cost model and the fusion rules, each with its own small graph."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from partitioner import IllegalPlan, PROFILES, evaluate, partition
+
+from .conftest import make_graph, op
+
+H100 = PROFILES["h100"]
+N = 4 * 8 * 4  # bytes of a float32 [4, 8] tensor
+
+
+def chain():
+    """x -> exp -> a (output) -> neg -> b (output)."""
+    return make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"])], ["a", "b"])
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_intermediate_that_is_an_output_is_written_and_counted():
+    g = chain()
+    fused = evaluate(g, [["a", "b"]])
+    assert (fused.bytes_read, fused.bytes_written, fused.launches) == (N, 2 * N, 1)
+    split = evaluate(g, [["a"], ["b"]])
+    assert (split.bytes_read, split.bytes_written, split.launches) == (2 * N, 2 * N, 2)
+    assert split.modeled_time_us == pytest.approx(2 * 1.0 + 4 * N / 3.35e12 * 1e6)
+
+
+def test_each_distinct_tensor_is_read_once_and_literals_are_free():
+    g = make_graph({"x": [4, 8]}, [op("sq", "mul", ["x", "x"]), op("e", "exp", ["x"]),
+                                   op("s", "add", ["sq", "e"]), op("t", "mul", ["s", 0.5])], ["t"])
+    cost = evaluate(g, [["sq", "e", "s", "t"]])
+    assert (cost.bytes_read, cost.bytes_written) == (N, N)
+
+
+def test_views_are_free_and_share_their_input_bytes():
+    g = make_graph({"x": [4, 8]}, [op("e", "exp", ["x"]), op("r", "reshape", ["e"], shape=[32]),
+                                   op("n", "neg", ["r"]), op("xr", "reshape", ["x"], shape=[32]),
+                                   op("s", "add", ["n", "xr"])], ["s"])
+    alone = evaluate(g, [["e"], ["r"], ["n", "xr", "s"]])
+    view_group = next(c for c in alone.groups if c.ops == ("r",))
+    assert (view_group.launches, view_group.bytes_read, view_group.bytes_written) == (0, 0, 0)
+    fused = evaluate(g, [["e", "r", "n", "xr", "s"]])
+    # x and its view xr are the same memory: read once
+    assert (fused.bytes_read, fused.bytes_written, fused.launches) == (N, N, 1)
+
+
+def test_roofline_is_labelled_modelled_time_plus_compute_bound():
+    g = make_graph({"a": ([1024, 1024], "float16"), "b": ([1024, 1024], "float16")},
+                   [op("mm", "matmul", ["a", "b"])], ["mm"])
+    cost = evaluate(g, [["mm"]]).groups[0]
+    flops = 2 * 1024**3
+    assert cost.flops == flops
+    memory = 3 * 1024 * 1024 * 2 / 3.35e12
+    assert cost.roofline_time_us == pytest.approx((1e-6 + max(memory, flops / 989.5e12)) * 1e6)
+
+
+def test_group_costs_sum_to_plan_totals():
+    g = chain()
+    cost = evaluate(g, [["a"], ["b"]])
+    assert cost.bytes_read == sum(c.bytes_read for c in cost.groups)
+    assert cost.modeled_time_us == pytest.approx(sum(c.modeled_time_us for c in cost.groups))
+
+
+# ---------------------------------------------------------------- partitions and plans
+
+
+@pytest.mark.parametrize("groups,reason", [
+    ([["a", "b", "zz"]], "partition.unknown_op"),
+    ([["a", "b"], ["b"]], "partition.duplicate"),
+    ([["a"]], "partition.missing"),
+    ([["a", "b"], []], "partition.empty_group"),
+])
+def test_partition_errors(groups, reason):
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(chain(), groups)
+    assert info.value.reason == reason and reason in str(info.value)
+
+
+def test_composites_are_named_by_primitives():
+    g = make_graph({"x": [4, 8]}, [op("s", "softmax", ["x"])], ["s"])
+    assert g.composites["s"] == ["s:max", "s:shift", "s:exp", "s:sum", "s"]
+    assert evaluate(g, [g.composites["s"]]).launches == 1
+    assert evaluate(g, [["s:max"], ["s:shift", "s:exp"], ["s:sum", "s"]]).launches == 3
+
+
+def test_cycle_between_convex_groups_is_rejected():
+    g = make_graph({"x": [4], "y": [4]}, [
+        op("a1", "exp", ["x"]), op("b2", "exp", ["y"]), op("a2", "add", ["x", "b2"]), op("b1", "add", ["a1", "y"])],
+        ["a2", "b1"])
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, [["a1", "a2"], ["b1", "b2"]])
+    assert info.value.reason == "plan.cycle"
+
+
+# ---------------------------------------------------------------- group rules
+
+
+def reason_of(g, groups, hw=H100, max_ops=64):
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, groups, hw, max_ops)
+    return info.value.reason
+
+
+def test_disconnected_and_not_convex():
+    g = make_graph({"x": [4], "y": [4]}, [op("a", "exp", ["x"]), op("b", "neg", ["y"]), op("c", "neg", ["a"]),
+                                          op("d", "add", ["c", "a"])], ["b", "d"])
+    assert reason_of(g, [["a", "b"], ["c", "d"]]) == "group.disconnected"
+    assert reason_of(g, [["a", "d"], ["b"], ["c"]]) == "group.not_convex"
+
+
+def test_gather_and_custom_never_fuse():
+    g = make_graph({"t": [10, 4], "i": ([6], "int64")}, [
+        op("g", "gather", ["t", "i"], axis=0), op("e", "exp", ["g"]),
+        {"name": "c", "op": "custom", "inputs": ["e"], "attrs": {"kind": "k"}, "shape": [6, 4], "dtype": "float32"},
+        op("n", "neg", ["c"])], ["n"])
+    assert reason_of(g, [["g", "e"], ["c"], ["n"]]) == "op.never_fuses"
+    assert reason_of(g, [["g"], ["e"], ["c", "n"]]) == "op.never_fuses"
+    assert evaluate(g, [["g"], ["e"], ["c"], ["n"]]).launches == 4
+
+
+MM = {"x": [4, 8], "w": [8, 16], "w2": [16, 16]}
+
+
+def test_contraction_rules():
+    g = make_graph(MM | {"bias": [3, 4, 16], "v": [16]}, [
+        op("p", "exp", ["x"]), op("mm", "matmul", ["p", "w"]), op("big", "add", ["mm", "bias"]),
+        op("mm2", "matmul", ["mm", "w2"]), op("t", "transpose", ["mm"]), op("s", "reduce_sum", ["mm"], axes=[1]),
+        op("sv", "exp", ["v"]), op("e", "add", ["mm", "sv"])],
+        ["p", "big", "mm2", "t", "s", "e", "sv"])
+    rest = lambda used: [[n] for n in g.ops if n not in used]  # noqa: E731
+    assert reason_of(g, [["mm", "mm2"]] + rest({"mm", "mm2"})) == "contraction.multiple"
+    assert reason_of(g, [["mm", "s"]] + rest({"mm", "s"})) == "contraction.with_reduction"
+    assert reason_of(g, [["p", "mm"]] + rest({"p", "mm"})) == "contraction.prologue_written"
+    assert reason_of(g, [["mm", "t"]] + rest({"mm", "t"})) == "contraction.epilogue_op"
+    assert reason_of(g, [["mm", "big"]] + rest({"mm", "big"})) == "contraction.epilogue_shape"
+    assert reason_of(g, [["mm", "sv", "e"]] + rest({"mm", "sv", "e"})) == "contraction.side_written"
+
+
+def test_matmul_bias_that_broadcasts_the_product_to_a_larger_shape_is_not_fused():
+    g = make_graph({"x": [4, 8], "w": [8, 16], "bias": [3, 4, 16], "b16": [16]},
+                   [op("mm", "matmul", ["x", "w"]), op("big", "add", ["mm", "bias"]),
+                    op("mm2", "matmul", ["x", "w"]), op("ok", "add", ["mm2", "b16"])], ["big", "ok"])
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, [["mm", "big"], ["mm2", "ok"]])
+    assert info.value.reason == "contraction.epilogue_shape" and "big" in info.value.ops
+    for strategy in ("greedy", "ilp"):
+        groups = partition(g, strategy).groups
+        assert ["mm", "big"] not in groups and ["mm2", "ok"] in groups
+
+
+def test_reduction_rules():
+    g = make_graph({"x": [4, 8], "v": [8]}, [
+        op("r0", "reduce_sum", ["x"], axes=[0]), op("r1", "reduce_sum", ["x"], axes=[1], keepdims=True),
+        op("tr", "transpose", ["r1"]), op("m2", "reduce_mean", ["x"], axes=[1]), op("mix", "add", ["r1", "m2"]),
+        op("e", "exp", ["v"]), op("xe", "add", ["x", "e"]), op("s", "reduce_sum", ["xe"], axes=[1])],
+        ["r0", "tr", "mix", "e", "s"])
+    rest = lambda used: [[n] for n in g.ops if n not in used]  # noqa: E731
+    assert reason_of(g, [["r0", "r1"]] + rest({"r0", "r1"})) == "reduction.signature_mismatch"
+    assert reason_of(g, [["r1", "tr"]] + rest({"r1", "tr"})) == "reduction.reorders_rows"
+    assert reason_of(g, [["r1", "m2", "mix"]] + rest({"r1", "m2", "mix"})) == "reduction.row_mismatch"
+    assert reason_of(g, [["e", "xe", "s"]] + rest({"e", "xe", "s"})) == "reduction.written_layout"
+    # two reductions over the same rows do share a kernel
+    assert evaluate(g, [["r1", "m2"]] + rest({"r1", "m2"})).launches == len(g.ops) - 1
+
+
+def test_pointwise_iteration_space():
+    g = make_graph({"v": [8]}, [op("e", "exp", ["v"]), op("b", "broadcast_to", ["e"], shape=[4, 8]),
+                                op("n", "neg", ["b"])], ["e", "n"])
+    assert reason_of(g, [["e", "b", "n"]]) == "pointwise.iteration_space"
+    g2 = make_graph({"v": [8]}, [op("e", "exp", ["v"]), op("b", "broadcast_to", ["e"], shape=[4, 8]),
+                                 op("n", "neg", ["b"])], ["n"])
+    assert evaluate(g2, [["e", "b", "n"]]).launches == 1  # e is recomputed per element, never written
+
+
+def test_budgets():
+    g = make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"]), op("c", "abs", ["b"])], ["c"])
+    assert reason_of(g, [["a", "b", "c"]], max_ops=2) == "budget.ops"
+    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, registers_per_thread=16)) == "budget.registers"
+    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, kernel_param_bytes=16)) == "budget.kernel_params"
+    assert evaluate(g, [["a", "b", "c"]]).launches == 1
+
+
+def test_softmax_over_axis_0_is_one_group_when_its_column_fits():
+    fits = make_graph({"x": [1024, 64]}, [op("s", "softmax", ["x"], axis=0)], ["s"])
+    for strategy in ("greedy", "ilp"):
+        plan = partition(fits, strategy)
+        assert [g.kind for g in plan.cost.groups] == ["reduction"]
+        assert plan.cost.groups[0].budgets.shared_memory >= 2 * 1024 * 4  # x and exp(x) rows buffered
+    too_long = make_graph({"x": [100_000, 2]}, [op("s", "softmax", ["x"], axis=0)], ["s"])
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(too_long, [too_long.composites["s"]])
+    assert info.value.reason == "budget.shared_memory"
+    assert len(partition(too_long, "ilp").groups) > 1
+
+
+def relu_custom_graph(extra_consumer: bool):
+    """x->relu->a0, a0->custom->b0->exp->b1->custom->xb, add(a0, xb) (the issue's example);
+    with ``extra_consumer``, exp's result goes through an elementwise op first."""
+    custom = {"op": "custom", "attrs": {"kind": "opaque"}, "shape": [4, 8], "dtype": "float32"}
+    ops = [op("a0", "relu", ["x"]), {"name": "b0", "inputs": ["a0"], **custom}, op("b1", "exp", ["b0"])]
+    last = "b1"
+    if extra_consumer:
+        ops.append(op("b2", "neg", ["b1"]))
+        last = "b2"
+    ops += [{"name": "xb", "inputs": [last], **custom}, op("y", "add", ["a0", "xb"])]
+    return make_graph({"x": [4, 8]}, ops, ["y"])
+
+
+@pytest.mark.parametrize("extra_consumer", [False, True])
+def test_relu_and_add_around_custom_ops_never_share_a_group(extra_consumer):
+    g = relu_custom_graph(extra_consumer)
+    others = [[n] for n in g.ops if n not in ("a0", "y")]
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, [["a0", "y"]] + others)
+    assert info.value.reason == "group.not_convex"
+    for strategy in ("greedy", "ilp"):
+        groups = partition(g, strategy).groups
+        assert not any("a0" in grp and "y" in grp for grp in groups)
+        if extra_consumer:
+            assert ["b1", "b2"] in groups  # exp and its elementwise consumer do fuse

@@ -1,0 +1,50 @@
+"""Hardware profiles: every number has a source; user profiles are checked."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from partitioner import PROFILES, HardwareError, load_hardware
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_every_number_has_a_source(name):
+    hw = PROFILES[name]
+    numbers = [f.name for f in dataclasses.fields(hw) if f.name not in ("name", "sources")]
+    assert sorted(hw.sources) == sorted(numbers)
+    assert all(hw.sources.values())
+
+
+def test_known_values_and_exact_launch_bytes():
+    assert load_hardware("H200").hbm_bandwidth_gb_per_s == 4800
+    assert load_hardware("a100").smem_per_block_optin_bytes == 163 * 1024
+    assert load_hardware("h100").launch_bytes == 3_350_000  # 1 us at 3.35 TB/s
+
+
+def test_user_profile(tmp_path):
+    path = tmp_path / "mygpu.yaml"
+    path.write_text("base: a100\nlaunch_overhead_us: 2.5\nsources: {launch_overhead_us: \"measured, 10k empty kernels\"}\n")
+    hw = load_hardware(str(path))
+    assert hw.name == "mygpu" and hw.launch_overhead_us == 2.5 and hw.sm_count == 108
+    assert hw.sources["launch_overhead_us"].startswith("measured")
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("launch_overhead_us: 2\n", "missing field"),
+    ("base: h100\nlaunch_overhead_us: 2\n", "give a source"),
+    ("base: h100\nwarp_size: 32\n", "Additional properties"),
+    ("base: h100\nsm_count: -1\nsources: {sm_count: x}\n", "less than or equal"),
+    ("- 1\n", "mapping"),
+])
+def test_bad_profiles(tmp_path, text, problem):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(HardwareError, match=problem):
+        load_hardware(str(path))
+
+
+def test_unknown_name():
+    with pytest.raises(HardwareError, match="unknown hardware 'v100'"):
+        load_hardware("v100")
