@@ -1,7 +1,7 @@
 """Exhaustive enumeration of candidate fusion groups for the ILP.
 
-A candidate is a set of compute ops (views are added by ``base.group_of``) that
-``legality`` accepts. Every legal group is produced exactly once, so a
+A candidate is a set of compute ops whose group (their convex hull, which adds the
+views between them) ``legality`` accepts. Every legal group is produced exactly once, so a
 set-partitioning model over the candidates has the optimum of the problem over
 all legal plans.
 
@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
 from ..legality import hereditary_violation, is_legal
-from .base import group_of
 
 
 class _Stop(Exception):
@@ -79,9 +79,10 @@ def neighbours(graph: Graph) -> dict[int, int]:
 class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
-    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, deadline: float | None, max_candidates: int):
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, deadline: float | None, max_candidates: int,
+                 tick: Callable[[int], None] | None):
         self.graph, self.hw, self.max_ops = graph, hw, max_ops
-        self.deadline, self.max_candidates = deadline, max_candidates
+        self.deadline, self.max_candidates, self.tick = deadline, max_candidates, tick
         self.adj = neighbours(graph)
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
@@ -92,39 +93,49 @@ class _Search:
         self.groups: list[Group] = []
         self.states = 0
 
-    def viable(self, mask: int) -> bool:
-        hull = self.graph.convex_hull(mask)
+    def viable(self, hull: int) -> bool:
+        """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
         ok = self.hull_ok.get(hull)
         if ok is None:
             ok = self.hull_ok[hull] = hereditary_violation(self.graph, hull, self.max_ops) is None
         return ok
 
-    def must_writes(self, mask: int, addable: int) -> list[int]:
+    def hull_with(self, mask: int, below: int, above: int, i: int) -> int:
+        """Convex hull of ``mask`` plus op ``i``, from the set's descendant and ancestor masks."""
+        g = self.graph
+        return mask | (1 << i) | ((below | g.descendants_mask[i]) & (above | g.ancestors_mask[i]))
+
+    def must_writes(self, mask: int, below: int, above: int, addable: int) -> list[int]:
         """Members whose value every set of this branch writes."""
         g = self.graph
         out = []
-        for name in g.names(mask):
+        rest = mask
+        while rest:
+            low = rest & -rest
+            rest ^= low
+            i = low.bit_length() - 1
+            name = g.order[i]
             readers = g.storage_readers.get(name, 0) & ~mask
             if name in g.output_storages or readers & ~addable:
-                out.append(g.index[name])
+                out.append(i)
                 continue
             while readers:
-                low = readers & -readers
-                readers ^= low
-                if not self.viable(mask | low):
-                    out.append(g.index[name])
+                bit = readers & -readers
+                readers ^= bit
+                if not self.viable(self.hull_with(mask, below, above, bit.bit_length() - 1)):
+                    out.append(i)
                     break
         return out
 
-    def _pointwise_conflict(self, mask: int, addable: int) -> bool:
+    def _pointwise_conflict(self, mask: int, below: int, above: int, addable: int) -> bool:
         g = self.graph
-        counts = {self.numel[i] for i in self.must_writes(mask, addable)}
+        counts = {self.numel[i] for i in self.must_writes(mask, below, above, addable)}
         for name in g.names(mask):
             if not g.storage_readers.get(name, 0) and name not in g.output_storages:
                 counts.add(self.numel[g.index[name]])
         return len(counts) > 1
 
-    def _contraction_conflict(self, anchor: int, mask: int, addable: int) -> bool:
+    def _contraction_conflict(self, anchor: int, mask: int, below: int, above: int, addable: int) -> bool:
         g = self.graph
         prologue = g.ancestors_mask[anchor]
         epilogue = g.descendants_mask[anchor]
@@ -136,53 +147,60 @@ class _Search:
             i = low.bit_length() - 1
             if self.numel[i] != size or g.ops[g.order[i]].op_class == "injective":
                 return True
-        for i in self.must_writes(mask, addable):
+        for i in self.must_writes(mask, below, above, addable):
             if prologue >> i & 1 or (i != anchor and self.numel[i] != size):
                 return True
         return False
 
-    def emit(self, mask: int) -> None:
-        group = group_of(self.graph, mask)
-        if group is not None and is_legal(group, self.hw, self.max_ops):
+    def emit(self, mask: int, hull: int) -> None:
+        if (hull ^ mask) & self.graph.compute_mask:
+            return  # not convex: the hull takes in another compute op
+        group = Group(self.graph, hull)
+        if is_legal(group, self.hw, self.max_ops):
             self.masks.append(mask)
             self.groups.append(group)
             if len(self.masks) >= self.max_candidates:
                 raise _Stop
 
-    def run(self, kind: str, anchor: int, universe: int, above: int) -> None:
-        """ESU from ``anchor`` over ``universe``, adding only ops in ``above``."""
-        adj = self.adj
+    def run(self, kind: str, anchor: int, universe: int, later: int) -> None:
+        """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
+        g, adj = self.graph, self.adj
         start = adj[anchor] & universe
-        stack = [(1 << anchor, start & above, start | (1 << anchor))]
+        stack = [(1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
+                  g.ancestors_mask[anchor])]
         while stack:
-            mask, ext, closed = stack.pop()
+            mask, ext, closed, below, above = stack.pop()
             self.states += 1
-            if self.states % 2048 == 0 and self.deadline is not None and time.perf_counter() > self.deadline:
-                raise _Stop
-            addable = ext | (universe & above & ~closed)
-            if kind == "pointwise" and self._pointwise_conflict(mask, addable):
+            if self.states % 2048 == 0:
+                if self.deadline is not None and time.perf_counter() > self.deadline:
+                    raise _Stop
+                if self.tick is not None:
+                    self.tick(len(self.masks))
+            addable = ext | (universe & later & ~closed)
+            if kind == "pointwise" and self._pointwise_conflict(mask, below, above, addable):
                 continue
-            if kind == "contraction" and self._contraction_conflict(anchor, mask, addable):
+            if kind == "contraction" and self._contraction_conflict(anchor, mask, below, above, addable):
                 continue
-            self.emit(mask)
+            self.emit(mask, mask | (below & above))
             while ext:
                 low = ext & -ext
                 ext ^= low
-                grown = mask | low
-                if not self.viable(grown):
-                    continue
                 w = low.bit_length() - 1
-                fresh = adj[w] & universe & above & ~closed
-                stack.append((grown, ext | fresh, closed | (adj[w] & universe)))
+                if not self.viable(self.hull_with(mask, below, above, w)):
+                    continue
+                fresh = adj[w] & universe & later & ~closed
+                stack.append((mask | low, ext | fresh, closed | (adj[w] & universe),
+                              below | g.descendants_mask[w], above | g.ancestors_mask[w]))
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: float | None = None,
-                         max_candidates: int = 2_000_000) -> Candidates:
+                         max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None) -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
     the search passes ``deadline`` (a ``time.perf_counter()`` value) or finds
-    ``max_candidates`` groups: then ``complete`` is False."""
+    ``max_candidates`` groups: then ``complete`` is False. ``tick(candidates_so_far)``
+    is called now and then during long searches."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, deadline, max_candidates)
+    search = _Search(graph, hw, max_ops, deadline, max_candidates, tick)
     pointwise = search.pointwise
     complete = True
     try:
@@ -197,7 +215,7 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: flo
                 same = graph.reduction_classes[graph.reduction_signature(op.name)]
                 search.run("reduction", i, pointwise | same, pointwise | (same & later))
             else:
-                search.emit(1 << i)
+                search.emit(1 << i, 1 << i)
     except _Stop:
         complete = False
     return Candidates(search.masks, search.groups, search.states, time.perf_counter() - begin, complete)
