@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
@@ -22,8 +23,15 @@ from .report import json_report, text_report
 from .strategies import STRATEGIES, compare, partition
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="partition",
         description="Partition an operator graph into GPU fusion groups under a cost model.",
     )
@@ -82,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``partition`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.time_limit is not None and args.time_limit <= 0:
-        parser.error("--time-limit must be positive")
+    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
+        parser.error("--time-limit must be a positive number of seconds")
     if args.max_ops < 1:
         parser.error("--max-ops must be at least 1")
     try:

@@ -30,10 +30,14 @@ from .ops import conv2d_output, matmul_shapes
 # tiles double-buffered in shared memory (the classic CUTLASS-style SIMT/WMMA tiling).
 TILE_M, TILE_N, TILE_K, TILE_STAGES = 128, 128, 32, 2
 CONTRACTION_THREADS = 256
-# Reductions: 256 threads per block; a warp-level partial per warp goes through
-# shared memory for the block-level combine.
+# Reductions: 256 threads per block. A row of more than SHORT_ROW elements is
+# processed by the whole block (a partial per warp goes through shared memory for
+# the block-level combine); shorter rows by one warp each, ROWS_PER_WARP_BLOCK rows
+# per block.
 REDUCTION_THREADS = 256
 WARP = 32
+SHORT_ROW = 128
+ROWS_PER_WARP_BLOCK = REDUCTION_THREADS // WARP
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
@@ -162,8 +166,9 @@ def buffered_rows(group: Group) -> dict[str, int]:
     """Storages a reduction group keeps in shared memory, with bytes per block.
 
     A value read by ops of two different stages (before and after a reduction it
-    feeds) is buffered for the row being processed: ``min(numel, row) * itemsize``
-    at its own dtype.
+    feeds) is buffered for the rows being processed: ``min(numel, row) * itemsize``
+    at its own dtype per row, for each of the block's rows (one row, or one per warp
+    for rows of at most ``SHORT_ROW`` elements).
     """
     g = group.graph
     stages_used: dict[str, set[int]] = {}
@@ -172,20 +177,28 @@ def buffered_rows(group: Group) -> dict[str, int]:
         for base in g.storage_reads[op.name]:
             stages_used.setdefault(base, set()).add(stage)
     row = row_length(group)
+    rows = rows_per_block(row)
     return {
-        base: min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype)
+        base: rows * min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype)
         for base, stages in stages_used.items()
         if len(stages) > 1
     }
 
 
+def rows_per_block(row: int) -> int:
+    """Rows one reduction block processes at once: one warp per row for short rows."""
+    return ROWS_PER_WARP_BLOCK if row <= SHORT_ROW else 1
+
+
 def _reduction_scratch(group: Group) -> int:
+    if rows_per_block(row_length(group)) > 1:
+        return 0  # warp-level rows combine through shuffles only
     total = 0
     for op in group.compute:
         if op.op_class == "reduction":
             acc = itemsize(accumulator_dtype(group.graph.tensor(op.tensor_inputs[0]).dtype))
             index = 8 if op.kind in ("argmax", "argmin") else 0
-            total += (REDUCTION_THREADS // WARP) * (acc + index)
+            total += (REDUCTION_THREADS // WARP + 1) * (acc + index)  # a partial per warp, and the result
     return total
 
 
@@ -201,10 +214,10 @@ def contraction_dims(group: Group) -> tuple[int, int, int, int]:
     return op.attrs["groups"], n_ * ho * wo, o // op.attrs["groups"], ci * kh * kw
 
 
-def _contraction_tiles(group: Group) -> tuple[int, int, int, int]:
+def _operand_bytes(group: Group) -> int:
+    """Bytes per operand element in the contraction's shared-memory tiles."""
     op = next(op for op in group.compute if op.op_class == "contraction")
-    _, m, n, k = contraction_dims(group)
-    return min(TILE_M, m), min(TILE_N, n), min(TILE_K, k), itemsize(op.promoted)
+    return itemsize(op.promoted)
 
 
 def shared_memory(group: Group) -> int:
@@ -212,8 +225,7 @@ def shared_memory(group: Group) -> int:
     if group.kind == "reduction":
         return sum(buffered_rows(group).values()) + _reduction_scratch(group)
     if group.kind == "contraction":
-        bm, bn, bk, size = _contraction_tiles(group)
-        return (bm * bk + bk * bn) * size * TILE_STAGES
+        return (TILE_M * TILE_K + TILE_K * TILE_N) * _operand_bytes(group) * TILE_STAGES
     return 0
 
 
@@ -254,6 +266,5 @@ def registers(group: Group) -> int:
         return 0
     count = BASE_REGISTERS + 2 * (len(group.reads) + len(group.writes)) + _peak_live_values(group)
     if group.kind == "contraction":
-        bm, bn, bk, _ = _contraction_tiles(group)
-        count += math.ceil(bm * bn / CONTRACTION_THREADS) + 2 * math.ceil(bk / 2)
+        count += TILE_M * TILE_N // CONTRACTION_THREADS + TILE_K
     return count

@@ -26,6 +26,25 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return _NUMPY[dtype]
 
 
+def cast_array(array, dtype: str) -> np.ndarray:
+    """``array`` converted to ``dtype`` with one round-to-nearest-even.
+
+    NumPy and ml_dtypes convert float64 to bfloat16 through float32, which rounds
+    twice (``1 + 2**-8 + 2**-30`` would become 1.0 instead of 1.0078125); here the
+    float32 step rounds to odd instead, which makes the second rounding exact.
+    """
+    a = np.asarray(array)
+    if dtype != "bfloat16" or a.dtype != np.float64:
+        return a.astype(_NUMPY[dtype])
+    with np.errstate(over="ignore"):  # beyond float32's range is inf, as it should be
+        f = a.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = np.isfinite(a) & (back != a)
+    f = np.where(inexact & (np.abs(back) > np.abs(a)), np.nextafter(f, np.float32(0)), f)
+    odd = f.view(np.uint32) | inexact.astype(np.uint32)
+    return odd.view(np.float32).astype(_NUMPY["bfloat16"])
+
+
 def itemsize(dtype: str) -> int:
     """Bytes per element; ``bool`` is stored as one byte."""
     return _NUMPY[dtype].itemsize

@@ -50,7 +50,9 @@ class Op:
 
     @property
     def is_view(self) -> bool:
-        return self.spec.is_view
+        """A reshape that keeps its dtype shares its input's memory; one that states
+        another dtype converts, so it is a real op."""
+        return self.spec.is_view and self.out.dtype == self.promoted
 
     @property
     def tensor_inputs(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ give from a built-in profile.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
@@ -16,6 +17,8 @@ import jsonschema
 import yaml
 
 from .errors import HardwareError
+from .schema import validator
+from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
 _DATASHEET_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)"
 _DATASHEET_H200 = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)"
@@ -27,6 +30,7 @@ _GUIDE_CC80 = "CUDA C++ Programming Guide, Technical Specifications per Compute 
 _GUIDE_PARAMS = "CUDA C++ Programming Guide, Function Parameters: 32,764 bytes since CUDA 12.1 (Volta and newer)"
 _XLA_LAUNCH = "XLA GPU performance model, kKernelLaunchOverhead (xla/service/gpu/model/gpu_performance_model_base.h)"
 _DENSE = " (dense: half the datasheet's with-sparsity figure)"
+LAUNCH_BYTES_DENOMINATOR = 1000
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,16 @@ class Hardware:
 
     @property
     def launch_bytes(self) -> Fraction:
-        """Launch overhead expressed in bytes of HBM traffic (exact): launch x bandwidth.
+        """Launch overhead expressed in bytes of HBM traffic: launch x bandwidth.
 
         The ILP minimises ``launches * launch_bytes + bytes`` in integers; this is the
-        modelled time multiplied by the bandwidth, so the optimum is the same plan.
+        modelled time multiplied by the bandwidth, so the optimum is the same plan. It
+        is exact for profiles whose product has at most three decimals (all built-in
+        ones); otherwise it is rounded to 1/1000 byte, which keeps the integers small.
         """
-        return Fraction(str(self.launch_overhead_us)) * Fraction(str(self.hbm_bandwidth_gb_per_s)) * 1000
+        exact = Fraction(str(self.launch_overhead_us)) * Fraction(str(self.hbm_bandwidth_gb_per_s)) * 1000
+        return exact if exact.denominator <= LAUNCH_BYTES_DENOMINATOR else Fraction(
+            round(exact * LAUNCH_BYTES_DENOMINATOR), LAUNCH_BYTES_DENOMINATOR)
 
     def peak_flops(self, dtype: str, contraction: bool) -> float:
         """Peak FLOP/s for an op computing in ``dtype``: tensor cores for half-precision
@@ -169,14 +177,17 @@ PROFILES: dict[str, Hardware] = {
 }
 
 _NUMBER_FIELDS = [f.name for f in fields(Hardware) if f.name not in ("name", "sources")]
+_INTEGER_FIELDS = [f.name for f in fields(Hardware) if f.type == "int"]
 _PROFILE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
         "name": {"type": "string"},
         "base": {"enum": sorted(PROFILES)},
-        "sources": {"type": "object", "additionalProperties": {"type": "string"}},
-        **{key: {"type": "number", "exclusiveMinimum": 0} for key in _NUMBER_FIELDS},
+        "sources": {"type": "object", "additionalProperties": {"type": "string"},
+                    "propertyNames": {"enum": _NUMBER_FIELDS}},
+        **{key: {"type": "integer" if key in _INTEGER_FIELDS else "number", "exclusiveMinimum": 0}
+           for key in _NUMBER_FIELDS},
     },
 }
 
@@ -199,15 +210,22 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise HardwareError(f"unknown hardware {spec!r}: use one of {', '.join(PROFILES)} or a .yaml profile")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise HardwareError(f"{spec}: cannot read hardware profile: {' '.join(str(exc).split())}") from None
+        data = parse_yaml(read_text(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareError(f"{spec}: hardware profile: {read_error_message(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise HardwareError(f"{spec}: hardware profile: {yaml_error_message(exc)}") from None
+    except RecursionError:
+        raise HardwareError(f"{spec}: the file nests too deeply to be a hardware profile") from None
     if not isinstance(data, dict):
         raise HardwareError(f"{spec}: a hardware profile is a mapping of field: value")
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(_PROFILE_SCHEMA).iter_errors(data))
+    error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         raise HardwareError(f"{spec}: {where + ': ' if where else ''}{error.message}")
+    bad = [k for k in _NUMBER_FIELDS if k in data and not math.isfinite(data[k])]
+    if bad:
+        raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
     base = PROFILES[data["base"]].to_dict() if "base" in data else {}
     given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
     missing = [k for k in _NUMBER_FIELDS if k not in given and k not in base]
@@ -218,7 +236,4 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: give a source for {', '.join(unsourced)} under 'sources'")
     values = {**base, **given, "name": data.get("name", path.stem)}
     values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
-    for key in ("sm_count", "smem_per_block_default_bytes", "smem_per_block_optin_bytes", "smem_per_sm_bytes",
-                "registers_per_thread", "registers_per_sm", "kernel_param_bytes"):
-        values[key] = int(values[key])
     return Hardware(**values)

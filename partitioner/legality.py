@@ -191,7 +191,7 @@ def _check_contraction(group: Group) -> None:
             )
 
 
-class _Rows:
+class RowStructure:
     """Row structure of a reduction group: which dims of a row-dependent value are
     row (outer) dims.
 
@@ -248,10 +248,16 @@ class _Rows:
         return tuple(labels)
 
 
-def _check_reduction(group: Group) -> None:
+def row_structure(group: Group) -> RowStructure:
+    """The row structure of a legal reduction group (labels of its row-dependent values);
+    raises :class:`IllegalPlan` for an illegal one. Backends lay out their kernels by it."""
+    return _check_reduction(group)
+
+
+def _check_reduction(group: Group) -> RowStructure:
     g = group.graph
     reductions = [op for op in group.compute if op.op_class == "reduction"]
-    rows = _Rows(group, reductions[0])
+    rows = RowStructure(group, reductions[0])
     for name in group.ops:
         op = g.ops[name]
         dependent = [t for t in op.tensor_inputs if t in rows.labels]
@@ -301,6 +307,7 @@ def _check_reduction(group: Group) -> None:
                 f"{list(rows.shape)} nor the reduced shape",
                 (base,),
             )
+    return rows
 
 
 # ---------------------------------------------------------------- entry points
@@ -310,8 +317,8 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget."""
     if not group.mask:
         raise IllegalPlan("partition.empty_group", "a group has no ops")
-    _check_connected(group)
     _check_convex(group)
+    _check_connected(group)
     violation = hereditary_violation(group.graph, group.mask, max_ops)
     if violation is not None:
         raise violation
@@ -321,6 +328,8 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
         _check_contraction(group)
     elif group.kind == "reduction":
         _check_reduction(group)
+    if len(group.compute) < 2:
+        return  # one op is always a kernel: budgets limit fusion (the report flags a lone op over one)
     for name, used, limit in budgets(group, hw, max_ops).over():
         raise IllegalPlan(
             f"budget.{name}",

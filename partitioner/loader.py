@@ -7,6 +7,7 @@ Every error is a :class:`GraphError` whose message is one line:
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import re
 from pathlib import Path
@@ -21,46 +22,14 @@ from .dtypes import DTYPES
 from .errors import GraphError, InferenceError
 from .graph import Graph, Op
 from .ops import REGISTRY, Attr, TensorType
-from .schema import GRAPH_SCHEMA
+from .schema import GRAPH_SCHEMA, validator
+from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
 FORMAT_VERSION = 1
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 
 
 # ---------------------------------------------------------------- parsing
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """YAML with 1.2-style scalars: ``1e-5`` is a float, only true/false are booleans,
-    and a key given twice in one mapping is an error."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-_BOOL_TAG = "tag:yaml.org,2002:bool"
-_FLOAT_TAG = "tag:yaml.org,2002:float"
-_YamlLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL_TAG, _FLOAT_TAG)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_YamlLoader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_YamlLoader.add_implicit_resolver(
-    _FLOAT_TAG,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
 
 
 def _reject_duplicate_keys(pairs):
@@ -78,23 +47,21 @@ def _parse(path: Path) -> Any:
     if suffix not in (".yaml", ".yml", ".json"):
         raise GraphError(f"{label}: unknown file type {suffix or '(none)'!r}; expected .yaml, .yml or .json")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
-        raise GraphError(f"{label}: cannot read the file: {exc.strerror or exc}") from None
-    if suffix == ".json":
-        try:
-            return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-        except json.JSONDecodeError as exc:
-            raise GraphError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-        except ValueError as exc:
-            raise GraphError(f"{label}: malformed JSON: {exc}") from None
+        raise GraphError(f"{label}: {read_error_message(exc)}") from None
     try:
-        return yaml.load(text, Loader=_YamlLoader)  # noqa: S506 - a SafeLoader subclass
+        if suffix == ".json":
+            return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+        return parse_yaml(text)
+    except json.JSONDecodeError as exc:
+        raise GraphError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise GraphError(f"{label}: malformed YAML{where}: {' '.join(str(problem).split())}") from None
+        raise GraphError(f"{label}: {yaml_error_message(exc)}") from None
+    except ValueError as exc:
+        raise GraphError(f"{label}: malformed JSON: {exc}") from None
+    except RecursionError:
+        raise GraphError(f"{label}: the file nests too deeply to be a graph") from None
 
 
 # ---------------------------------------------------------------- validation helpers
@@ -109,6 +76,18 @@ class _Context:
     def error(self, problem: str, op: str | None = None) -> GraphError:
         where = f"op '{op}': " if op else ""
         return GraphError(f"{self.label}: {where}{' '.join(problem.split())}")
+
+
+_KINDS = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+          "number": "a number"}
+
+
+def _show(value: Any) -> str:
+    """A value as the user wrote it (JSON spelling: null, true)."""
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _schema_error(ctx: _Context, data: Any, error: jsonschema.ValidationError) -> GraphError:
@@ -131,9 +110,13 @@ def _schema_error(ctx: _Context, data: Any, error: jsonschema.ValidationError) -
     elif error.validator == "required":
         problem = f"missing required key {error.message.split(' is a required')[0]}" + (f" in {field}" if field else "")
     elif error.validator == "anyOf" and path and path[0] == "inputs":
-        problem = f"operand {path[1]} must be a tensor name or a number, got {json.dumps(error.instance)}"
+        problem = f"operand {path[1]} must be a tensor name or a number, got {_show(error.instance)}"
     elif error.validator == "enum" and field.endswith("dtype"):
         problem = f"unknown dtype {error.instance!r} (known: {', '.join(DTYPES)})"
+    elif error.validator == "type":
+        expected = _KINDS.get(str(error.validator_value), str(error.validator_value))
+        subject = f"'{field}'" if field else ("the entry" if prefix else "the file")
+        problem = f"{subject} must be {expected}, got {_show(error.instance)}"
     else:
         problem = f"{field or 'the file'}: {error.message}"
     return ctx.error(prefix + problem, op)
@@ -157,7 +140,7 @@ def _check_attr(ctx: _Context, op: str, key: str, attr: Attr, value: Any) -> Any
             "int": "an integer", "number": "a number", "ints": "a list of integers", "bool": "true or false",
             "dtype": f"one of {', '.join(DTYPES)}", "str": "a string", "approximate": "'none' or 'tanh'",
         }[attr.kind]
-        raise ctx.error(f"attribute '{key}' must be {expected}, got {json.dumps(value)}", op)
+        raise ctx.error(f"attribute '{key}' must be {expected}, got {_show(value)}", op)
     return list(value) if isinstance(value, list) else value
 
 
@@ -196,7 +179,8 @@ def _check_op_entry(ctx: _Context, entry: dict, names: set[str]) -> None:
     inputs = entry.get("inputs", [])
     if len(inputs) < low or (high is not None and len(inputs) > high):
         expected = f"{low}" if low == high else (f"{low} to {high}" if high is not None else f"at least {low}")
-        raise ctx.error(f"{kind} takes {expected} operands, got {len(inputs)}", name)
+        noun = "operand" if expected == "1" else "operands"
+        raise ctx.error(f"{kind} takes {expected} {noun}, got {len(inputs)}", name)
     for i, operand in enumerate(inputs):
         if isinstance(operand, str):
             if operand not in names:
@@ -246,7 +230,7 @@ def _infer_primitive(ctx: _Context, prim: Primitive, tensors: dict[str, TensorTy
         raise ctx.error(f"{exc}{where}", owner) from None
 
 
-def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType]) -> list[Op]:
+def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType], user_names: set[str]) -> list[Op]:
     """The primitives of one user op, shapes and dtypes inferred and checked."""
     name, kind = entry["name"], entry["op"]
     _, _, declared, _ = _declared(kind)
@@ -263,8 +247,8 @@ def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType]) -> li
         origin = None
     ops = []
     for prim in prims:
-        if prim.name != name and prim.name in tensors:
-            raise ctx.error(f"its expansion names an op '{prim.name}', which is already taken", name)
+        if prim.name != name and (prim.name in tensors or prim.name in user_names):
+            raise ctx.error(f"its expansion names an op '{prim.name}', but that name is already used", name)
         if kind == "custom":
             out = TensorType(tuple(entry["shape"]), entry["dtype"])
         else:
@@ -280,10 +264,25 @@ def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType]) -> li
     return ops
 
 
+def _native(value: Any) -> Any:
+    """``value`` with NumPy scalars turned into Python numbers (dicts given to the API
+    may hold them), so that every later type check sees ``int`` or ``float``."""
+    if isinstance(value, dict):
+        return {k: _native(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_native(v) for v in value]
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Graph:
+    data = _native(data)
     if not isinstance(data, dict):
         raise ctx.error("a graph file must hold a mapping with 'inputs', 'ops' and 'outputs'")
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(GRAPH_SCHEMA).iter_errors(data))
+    error = jsonschema.exceptions.best_match(validator().iter_errors(data))
     if error is not None:
         raise _schema_error(ctx, data, error)
     if data.get("format", FORMAT_VERSION) > FORMAT_VERSION:
@@ -297,13 +296,13 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
     tensors: dict[str, TensorType] = dict(inputs)
     ops: dict[str, Op] = {}
     for entry in _order_ops(ctx, data):
-        for op in _build_ops(ctx, entry, tensors):
+        for op in _build_ops(ctx, entry, tensors, names):
             ops[op.name] = op
     outputs = data["outputs"]
     if not outputs:
         raise ctx.error("'outputs' is empty: name at least one tensor to write")
     for out in outputs:
-        if out not in tensors:
+        if out not in names:
             raise ctx.error(f"output '{out}' names nothing (no graph input or op has that name)")
     if len(set(outputs)) != len(outputs):
         raise ctx.error("'outputs' names a tensor twice")

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import scipy.special
 
-from .dtypes import FLOATS, INTEGERS, Literal, accumulator_dtype, compute_dtype, numpy_dtype, promote
+from .dtypes import FLOATS, INTEGERS, Literal, accumulator_dtype, cast_array, compute_dtype, numpy_dtype, promote
 from .errors import InferenceError
 
 Shape = tuple[int, ...]
@@ -86,7 +86,8 @@ class OpSpec:
 
     @property
     def is_view(self) -> bool:
-        """A view moves no bytes and launches nothing: only ``reshape``."""
+        """A view moves no bytes and launches nothing: only ``reshape`` (when it does
+        not also convert its dtype; see ``Op.is_view``)."""
         return self.name == "reshape"
 
 
@@ -138,9 +139,20 @@ def _literals(operands: list[Operand]) -> list[Literal]:
 # ---------------------------------------------------------------- inference
 
 
+def check_literal_range(literals: list[Literal], dtype: str) -> None:
+    """An integer literal must fit the integer dtype it takes (NumPy raises too)."""
+    if dtype not in INTEGERS:
+        return
+    info = np.iinfo(numpy_dtype(dtype))
+    for value in literals:
+        if isinstance(value, int) and not info.min <= value <= info.max:
+            raise InferenceError(f"literal {value} does not fit {dtype}")
+
+
 def _infer_map(result_dtype: Callable[[list[Operand], dict], str]):
     def infer(operands: list[Operand], attrs: dict) -> TensorType:
         shape = broadcast_shapes([t.shape for t in _tensors(operands)])
+        check_literal_range(_literals(operands), promote([t.dtype for t in _tensors(operands)], _literals(operands)))
         return TensorType(shape, result_dtype(operands, attrs))
 
     return infer
@@ -175,7 +187,9 @@ def _cast_result(operands, attrs):
 
 def _clamp_result(operands, attrs):
     bounds = [attrs[k] for k in ("min", "max") if attrs.get(k) is not None]
-    return promote([t.dtype for t in _tensors(operands)], bounds)
+    dtype = promote([t.dtype for t in _tensors(operands)], bounds)
+    check_literal_range(bounds, dtype)
+    return dtype
 
 
 def _where_result(operands, attrs):
@@ -467,7 +481,7 @@ def _pow(a, b):
 
 
 def _ref_cast(values, attrs, operand_types, out):
-    return np.asarray(values[0]).astype(numpy_dtype(out.dtype))
+    return cast_array(values[0], out.dtype)
 
 
 def _ref_where(values, attrs, operand_types, out):

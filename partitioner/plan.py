@@ -95,7 +95,7 @@ class SolverInfo:
     Attributes:
         status: ``OPTIMAL`` (proven), ``FEASIBLE`` (time limit; ``gap`` tells how far
             from proven), ``GREEDY`` (the ILP found nothing better than its warm
-            start), or ``HEURISTIC`` for non-ILP strategies.
+            start), ``HEURISTIC`` for greedy, ``UNFUSED`` for none.
         wall_s: planning wall time, seconds (measured on this machine).
         bound_us: a lower bound on the modelled time of any legal plan, or ``None``.
         gap: ``(time - bound) / time``, or ``None`` without a bound.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import FLOATS, INTEGERS, numpy_dtype
+from .dtypes import FLOATS, INTEGERS, cast_array, numpy_dtype
 from .graph import Graph
 from .ops import TensorType, normalize_axis
 
@@ -45,8 +45,8 @@ def run_op(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray
     op = graph.ops[name]
     operands = [values[i] if isinstance(i, str) else i for i in op.inputs]
     types = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
-    result = op.spec.reference(operands, op.attrs, types, TensorType(op.out.shape, op.promoted))
-    return np.asarray(result).astype(numpy_dtype(op.out.dtype), copy=False)
+    result = np.asarray(op.spec.reference(operands, op.attrs, types, TensorType(op.out.shape, op.promoted)))
+    return result if op.out.dtype == op.promoted else cast_array(result, op.out.dtype)
 
 
 def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> dict[str, np.ndarray]:

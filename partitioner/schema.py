@@ -6,6 +6,8 @@ Op kinds, attribute types, names and shapes are checked afterwards by
 
 from __future__ import annotations
 
+import jsonschema
+
 from .dtypes import DTYPES
 
 _SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 0}}
@@ -53,3 +55,19 @@ GRAPH_SCHEMA = {
         "outputs": {"type": "array", "items": _NAME},
     },
 }
+
+
+def _is_integer(checker, value) -> bool:
+    # JSON Schema counts 4.0 as an integer; a shape or a count of 4.0 is not one here.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+
+
+def validator(schema: dict = GRAPH_SCHEMA) -> jsonschema.protocols.Validator:
+    """A JSON Schema validator for ``schema`` in which only Python ints are integers."""
+    return _Validator(schema)

@@ -224,3 +224,26 @@ def test_relu_and_add_around_custom_ops_never_share_a_group(extra_consumer):
         assert not any("a0" in grp and "y" in grp for grp in groups)
         if extra_consumer:
             assert ["b1", "b2"] in groups  # exp and its elementwise consumer do fuse
+
+
+def test_a_reshape_that_converts_its_dtype_is_a_real_op():
+    g = make_graph({"x": [4, 8]}, [{"name": "r", "op": "reshape", "inputs": ["x"], "attrs": {"shape": [32]},
+                                    "dtype": "float16"}], ["r"])
+    cost = evaluate(g, [["r"]])
+    assert (cost.launches, cost.bytes_read, cost.bytes_written) == (1, N, N // 2)
+
+
+def test_a_view_outside_a_group_between_its_ops_breaks_convexity():
+    g = make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("r", "reshape", ["a"], shape=[32]),
+                                   op("b", "neg", ["r"])], ["b"])
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, [["a", "b"], ["r"]])
+    assert info.value.reason == "group.not_convex" and "'r'" in str(info.value)
+
+
+def test_a_single_op_over_a_budget_is_still_a_legal_group():
+    many = [f"x{k}" for k in range(100)]
+    g = make_graph({name: [4] for name in many}, [op("c", "concat", many, axis=0)], ["c"])
+    cost = evaluate(g, [["c"]])
+    assert cost.groups[0].budgets.registers > H100.registers_per_thread and cost.launches == 1
+    assert partition(g, "ilp").cost.launches == 1

@@ -48,3 +48,30 @@ def test_bad_profiles(tmp_path, text, problem):
 def test_unknown_name():
     with pytest.raises(HardwareError, match="unknown hardware 'v100'"):
         load_hardware("v100")
+
+
+@pytest.mark.parametrize("text,problem", [
+    ("base: h100\nhbm_bandwidth_gb_per_s: .inf\nsources: {hbm_bandwidth_gb_per_s: x}\n", "finite"),
+    ("base: h100\nlaunch_overhead_us: .nan\nsources: {launch_overhead_us: x}\n", "finite"),
+    ("base: h100\nregisters_per_thread: 0.5\nsources: {registers_per_thread: x}\n", "integer"),
+    ("base: h100\nsources: {warp_size: x}\n", "warp_size"),
+])
+def test_profile_numbers_are_checked(tmp_path, text, problem):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(HardwareError, match=problem):
+        load_hardware(str(path))
+
+
+def test_a_profile_with_many_decimals_still_gets_a_proven_plan(tmp_path):
+    from partitioner import load_graph, partition
+
+    from .conftest import ROOT
+
+    path = tmp_path / "frac.yaml"
+    path.write_text("base: h100\nhbm_bandwidth_gb_per_s: 3350.123456789\nlaunch_overhead_us: 1.23456789\n"
+                    "sources: {hbm_bandwidth_gb_per_s: x, launch_overhead_us: y}\n")
+    hw = load_hardware(str(path))
+    assert hw.launch_bytes.denominator <= 1000
+    plan = partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp", hw)
+    assert plan.solver.status == "OPTIMAL" and plan.solver.gap == 0.0

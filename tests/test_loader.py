@@ -236,3 +236,70 @@ def test_cli_subprocess_has_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stdout == "" and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+
+
+# ---------------------------------------------------------------- regressions from a new-user pass
+
+
+def test_an_op_named_like_a_later_composites_part_is_rejected(tmp_path):
+    text = ("inputs: [{name: x, shape: [4, 8]}]\nops:\n  - {name: ln, op: layer_norm, inputs: [x]}\n"
+            "  - {name: 'ln:inv', op: mul, inputs: [x, 0.0]}\noutputs: [ln]\n")
+    with pytest.raises(GraphError, match="op 'ln': its expansion names an op 'ln:inv'"):
+        load_graph(write(tmp_path, text))
+
+
+def test_outputs_cannot_name_a_composites_part(tmp_path):
+    text = "inputs: [{name: x, shape: [4, 8]}]\nops: [{name: s, op: softmax, inputs: [x]}]\noutputs: [s, 's:max']\n"
+    with pytest.raises(GraphError, match="output 's:max' names nothing"):
+        load_graph(write(tmp_path, text))
+
+
+def test_integer_literals_must_fit_their_dtype(tmp_path):
+    for kind, literal in (("lt", 1000), ("add", -129)):
+        text = (f"inputs: [{{name: x, shape: [4], dtype: int8}}]\nops: [{{name: y, op: {kind}, inputs: [x, {literal}]}}]\n"
+                "outputs: [y]\n")
+        with pytest.raises(GraphError, match=f"literal {literal} does not fit int8"):
+            load_graph(write(tmp_path, text))
+    text = "inputs: [{name: x, shape: [4], dtype: int8}]\nops: [{name: y, op: clamp, inputs: [x], attrs: {min: -1000}}]\noutputs: [y]\n"
+    with pytest.raises(GraphError, match="does not fit int8"):
+        load_graph(write(tmp_path, text))
+
+
+def test_yaml_1_2_scalars(tmp_path):
+    g = load_graph(write(tmp_path, "inputs: [{name: x, shape: [010], dtype: int32}]\n"
+                                   "ops: [{name: y, op: add, inputs: [x, 0x10]}]\noutputs: [y]\n"))
+    assert g.inputs["x"].shape == (10,) and g.ops["y"].inputs[1] == 16
+    with pytest.raises(GraphError, match="input '2001-12-14' names nothing"):
+        load_graph(write(tmp_path, "inputs: [{name: x, shape: [2]}]\nops: [{name: y, op: add, inputs: [x, 2001-12-14]}]\n"
+                                   "outputs: [y]\n"))
+
+
+def test_float_shapes_are_not_sizes(tmp_path):
+    with pytest.raises(GraphError, match=r"'shape.0' must be an integer, got 4.0"):
+        load_graph(write(tmp_path, '{"inputs": [{"name": "x", "shape": [4.0, 8]}], "ops": [], "outputs": ["x"]}',
+                         "g.json"))
+
+
+def test_numpy_scalars_in_a_dict_graph_keep_their_kind():
+    import numpy as np
+
+    g = load_graph({"inputs": [{"name": "x", "shape": [np.int64(3)], "dtype": "int32"}],
+                    "ops": [{"name": "y", "op": "add", "inputs": ["x", np.float32(0.5)]}], "outputs": ["y"]})
+    assert g.ops["y"].out.dtype == "float32" and g.inputs["x"].shape == (3,)
+
+
+@pytest.mark.parametrize("content,problem", [(b"\xff\xfe\x00bad", "not UTF-8"), (b"[" * 100_000, "nests too deeply")])
+def test_unreadable_content_exits_2_in_one_line(tmp_path, capsys, content, problem):
+    path = tmp_path / "g.yaml"
+    path.write_bytes(content)
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and problem in err
+
+
+def test_argument_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as info:
+        main([str(GRAPHS[0]), "--time-limit", "nan"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--time-limit" in err

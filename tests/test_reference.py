@@ -340,3 +340,10 @@ def test_every_primitive_has_a_tested_reference():
                            "broadcast_to", "concat", "pad", "gather", "matmul", "conv2d", "custom", "ne", "le",
                            "gt"}
     assert set(REGISTRY) <= tested, set(REGISTRY) - tested
+
+
+def test_float64_to_bfloat16_rounds_once():
+    g = make_graph({"x": ([3], "float64")}, [op("y", "cast", ["x"], dtype="bfloat16")], ["y"])
+    x = np.array([1 + 2**-8 + 2**-30, 1 + 2**-8, -(1 + 2**-8 + 2**-30)])
+    y = run_reference(g, {"x": x})["y"].astype(np.float64)
+    assert y.tolist() == [1 + 2**-7, 1.0, -(1 + 2**-7)]

@@ -67,3 +67,21 @@ def test_plan_to_json_round_trips():
     assert data["hardware"] == "a100" and data["strategy"] == "ilp"
     assert [g["ops"] for g in data["groups"]] == plan.groups
     assert data["totals"]["launches"] == plan.cost.launches
+
+
+def test_wide_fan_out_degrades_gracefully():
+    """x split into 12 slices, each followed by exp: 2^24 connected subsets. The
+    enumeration is cut short, and the ILP still finds the one-kernel plan, with a
+    valid bound and an honest FEASIBLE status."""
+    n = 12
+    ops = []
+    for i in range(n):
+        ops.append({"name": f"s{i}", "op": "slice", "inputs": ["x"],
+                    "attrs": {"starts": [i * 64], "ends": [(i + 1) * 64], "axes": [1]}})
+        ops.append({"name": f"e{i}", "op": "exp", "inputs": [f"s{i}"]})
+    graph = load_graph({"inputs": [{"name": "x", "shape": [1024, 64 * n]}], "ops": ops,
+                        "outputs": [f"e{i}" for i in range(n)]})
+    plan = partition(graph, "ilp", time_limit=10)
+    assert plan.solver.status == "FEASIBLE" and not plan.solver.details["enumeration_complete"]
+    assert plan.cost.launches == 1
+    assert 0 < plan.solver.bound_us <= plan.cost.modeled_time_us

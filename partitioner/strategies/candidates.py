@@ -44,6 +44,16 @@ class _Stop(Exception):
     """The enumeration reached its candidate or time budget."""
 
 
+class _AnchorFull(Exception):
+    """One anchor's search reached its share of states (the rest of the search goes on)."""
+
+
+# States one anchor may visit (the real graphs of graphs/ need at most ~37,000), so that
+# a pathological fan-out cannot starve the other anchors; past it the enumeration is
+# incomplete and the ILP says so.
+MAX_STATES_PER_ANCHOR = 200_000
+
+
 @dataclass
 class Candidates:
     """Legal candidate groups (compute-op bitsets) and their groups, in a fixed order.
@@ -92,6 +102,7 @@ class _Search:
         self.masks: list[int] = []
         self.groups: list[Group] = []
         self.states = 0
+        self.complete = True
 
     def viable(self, hull: int) -> bool:
         """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
@@ -168,9 +179,12 @@ class _Search:
         start = adj[anchor] & universe
         stack = [(1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
                   g.ancestors_mask[anchor])]
+        budget = self.states + MAX_STATES_PER_ANCHOR
         while stack:
             mask, ext, closed, below, above = stack.pop()
             self.states += 1
+            if self.states > budget:
+                raise _AnchorFull
             if self.states % 2048 == 0:
                 if self.deadline is not None and time.perf_counter() > self.deadline:
                     raise _Stop
@@ -182,6 +196,7 @@ class _Search:
             if kind == "contraction" and self._contraction_conflict(anchor, mask, below, above, addable):
                 continue
             self.emit(mask, mask | (below & above))
+            children = []
             while ext:
                 low = ext & -ext
                 ext ^= low
@@ -189,8 +204,11 @@ class _Search:
                 if not self.viable(self.hull_with(mask, below, above, w)):
                     continue
                 fresh = adj[w] & universe & later & ~closed
-                stack.append((mask | low, ext | fresh, closed | (adj[w] & universe),
-                              below | g.descendants_mask[w], above | g.ancestors_mask[w]))
+                children.append((mask | low, ext | fresh, closed | (adj[w] & universe),
+                                 below | g.descendants_mask[w], above | g.ancestors_mask[w]))
+            # the first child excludes the fewest ops: explore it first, so that large
+            # groups are found early even when a budget cuts the search short
+            stack.extend(reversed(children))
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: float | None = None,
@@ -202,20 +220,22 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: flo
     begin = time.perf_counter()
     search = _Search(graph, hw, max_ops, deadline, max_candidates, tick)
     pointwise = search.pointwise
-    complete = True
     try:
         for i in sorted(search.adj):
             op = graph.ops[graph.order[i]]
             later = ~((1 << (i + 1)) - 1)
-            if pointwise >> i & 1:
-                search.run("pointwise", i, pointwise, pointwise & later)
-            elif op.op_class == "contraction":
-                search.run("contraction", i, pointwise | (1 << i), pointwise)
-            elif op.op_class == "reduction":
-                same = graph.reduction_classes[graph.reduction_signature(op.name)]
-                search.run("reduction", i, pointwise | same, pointwise | (same & later))
-            else:
-                search.emit(1 << i, 1 << i)
+            try:
+                if pointwise >> i & 1:
+                    search.run("pointwise", i, pointwise, pointwise & later)
+                elif op.op_class == "contraction":
+                    search.run("contraction", i, pointwise | (1 << i), pointwise)
+                elif op.op_class == "reduction":
+                    same = graph.reduction_classes[graph.reduction_signature(op.name)]
+                    search.run("reduction", i, pointwise | same, pointwise | (same & later))
+                else:
+                    search.emit(1 << i, 1 << i)
+            except _AnchorFull:
+                search.complete = False
     except _Stop:
-        complete = False
-    return Candidates(search.masks, search.groups, search.states, time.perf_counter() - begin, complete)
+        search.complete = False
+    return Candidates(search.masks, search.groups, search.states, time.perf_counter() - begin, search.complete)

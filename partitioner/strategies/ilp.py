@@ -9,8 +9,8 @@ legal plans. Convex groups can still form a cycle between groups; such a cycle i
 cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which keeps
 every bound valid.
 
-The solve is warm-started from the greedy plan (a complete hint) and never
-returns anything costlier. CP-SAT runs on one worker with a fixed seed, which is
+The solve is warm-started from the greedy plan (a complete hint, and the
+incumbent it has to beat), so it never returns anything costlier. CP-SAT runs on one worker with a fixed seed, which is
 deterministic: the same input gives the same plan whenever the solve finishes
 within its time limit. (On the graphs in ``graphs/`` one worker proves optimality
 as fast as two; CP-SAT's deterministic parallel mode, ``interleave_search``, was
@@ -35,8 +35,11 @@ from .candidates import enumerate_candidates
 from .greedy import greedy_groups
 
 DEFAULT_TIME_LIMIT_S = 60.0
-# Share of the time limit the candidate enumeration may use before the solve.
-ENUMERATION_SHARE = 0.8
+# Share of the time limit the candidate enumeration may use, and the most candidates
+# it may produce (the real graphs of graphs/ need at most ~15,000), so that building
+# and solving the model keep their time when a pathological graph cuts it short.
+ENUMERATION_SHARE = 0.5
+MAX_CANDIDATES = 100_000
 WORKERS = 1
 
 
@@ -123,7 +126,7 @@ class Ilp(Strategy):
         warm_cost = sum(objective(Group(graph, graph.convex_hull(mask)), hw) for mask in warm)
         enumerating = _Progress(options.progress, hw, start, warm_cost, "enumerating")
         cands = enumerate_candidates(graph, hw, options.max_ops, deadline=start + ENUMERATION_SHARE * limit,
-                                     tick=lambda found: enumerating.tick())
+                                     max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick())
         masks = list(cands.masks)
         costs = [objective(group, hw) for group in cands.groups]
         position = {mask: k for k, mask in enumerate(masks)}
@@ -134,7 +137,7 @@ class Ilp(Strategy):
                 costs.append(objective(Group(graph, graph.convex_hull(mask)), hw))
         best = [position[mask] for mask in warm]
         best_cost = warm_cost
-        bound = structural_bound(graph, hw, options.max_ops) if not cands.complete else 0
+        bound = structural_bound(graph, hw, options.max_ops)
 
         model = cp_model.CpModel()
         x = [model.NewBoolVar(f"g{k}") for k in range(len(masks))]
@@ -151,9 +154,12 @@ class Ilp(Strategy):
         status, cuts, solves = "FEASIBLE", 0, 0
         while time.perf_counter() < deadline:
             model.ClearHints()
-            chosen_best = set(best)
-            for k, var in enumerate(x):
-                model.AddHint(var, k in chosen_best)
+            if cands.complete:
+                # a complete hint; over a cut-short candidate list, where greedy's groups were
+                # added by hand, the hint slowed CP-SAT down tenfold (measured), so none is given
+                chosen_best = set(best)
+                for k, var in enumerate(x):
+                    model.AddHint(var, k in chosen_best)
             solver = cp_model.CpSolver()
             solver.parameters.max_time_in_seconds = max(0.1, deadline - time.perf_counter())
             solver.parameters.num_workers = WORKERS
@@ -165,10 +171,13 @@ class Ilp(Strategy):
             solver.best_bound_callback = callback.on_bound
             result = solver.Solve(model, callback)
             solves += 1
+            if result == cp_model.MODEL_INVALID:
+                raise RuntimeError(f"CP-SAT rejected the model: {model.Validate()}")
+            if cands.complete and result != cp_model.INFEASIBLE:
+                # valid even without a solution: every legal plan is a solution of this model
+                bound = max(bound, math.ceil(solver.BestObjectiveBound() - 1e-6))
             if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 break
-            if cands.complete:
-                bound = max(bound, math.ceil(solver.BestObjectiveBound() - 1e-6))
             chosen = [k for k in range(len(masks)) if solver.Value(x[k])]
             cycle = _find_cycle(graph, [masks[k] for k in chosen])
             if cycle is not None:

@@ -13,4 +13,4 @@ class NoFusion(Strategy):
     name = "none"
 
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
-        return [[name] for name in graph.ops], {"status": "HEURISTIC"}
+        return [[name] for name in graph.ops], {"status": "UNFUSED"}

@@ -1,0 +1,60 @@
+"""The ``cuda`` backend: Jinja2 templates per fusion group, nvcc, and PyCUDA on a GPU
+or the CPU emulator (``emulate=True``) without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioner.plan import Plan
+
+from ..base import Backend, BackendError
+from . import emulate as emulator
+from .compile import DEFAULT_ARCH, Compiled, compile_kernels
+from .render import Rendered, render
+
+
+@dataclass
+class Built:
+    """A rendered plan, compiled for a GPU (``compiled``) or for the emulator."""
+
+    rendered: Rendered
+    compiled: Compiled | None
+
+
+class CudaBackend(Backend):
+    """CUDA kernels from ``templates/``; ``emulate`` runs them on the CPU emulator,
+    ``arch`` is the nvcc target (``sm_90`` by default)."""
+
+    name = "cuda"
+
+    def __init__(self, emulate: bool = False, arch: str = DEFAULT_ARCH):
+        self.emulate, self.arch = emulate, arch
+
+    def render(self, plan: Plan) -> Rendered:
+        return render(plan)
+
+    def build(self, rendered: Rendered) -> Built:
+        if self.emulate:
+            emulator.build(rendered)
+            return Built(rendered, None)
+        return Built(rendered, compile_kernels(rendered.kernels, self.arch))
+
+    def run(self, built: Built, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        g = built.rendered.plan.graph
+        for skipped in built.rendered.skipped:
+            custom = [n for n in skipped["ops"] if g.ops[n].kind == "custom"]
+            if custom and custom[0] not in storages:
+                raise BackendError(f"op '{custom[0]}' is custom and has no semantics; the cuda backend cannot run it")
+        if self.emulate:
+            return emulator.run(built.rendered, storages)
+        from .run import run_on_gpu
+
+        return run_on_gpu(built.rendered, built.compiled, storages)
+
+    def resources(self, built: Built) -> dict[int, dict]:
+        if built.compiled is None:
+            return {}
+        return {k.index: vars(built.compiled.resources[k.name]) for k in built.rendered.kernels
+                if k.name in built.compiled.resources}

@@ -1,0 +1,372 @@
+"""Code generation for fused kernels: the value of any tensor at any index, as C++.
+
+A fused kernel never buffers a pointwise intermediate: it computes the value a
+store needs at that store's index, walking back through the group's ops with
+index arithmetic (broadcasting, transpose, reshape, slice, concat, pad). The
+:class:`Emitter` does this walk and writes the statements; each op's arithmetic
+comes from the ``op_expr`` macro of ``templates/_expr.j2``.
+
+Numerics follow the NumPy reference exactly: every op computes in its compute
+dtype (float32 for half types) and rounds its result to its own dtype right
+away, so a fused chain produces bit-identical values to the unfused one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioner.dtypes import FLOATS, HALFS, compute_dtype, promote
+from partitioner.graph import Graph, Op
+from partitioner.ops import TensorType, normalize_axis, slice_params, transpose_perm
+
+REGISTER = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double",
+            "int8": "int8_t", "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
+STORAGE = {**REGISTER, "float16": "__half", "bfloat16": "__nv_bfloat16"}
+INT32_LIMIT = 2**31
+
+Index = tuple[str, ...]
+
+
+def register_type(dtype: str) -> str:
+    """C++ type a value of ``dtype`` lives in while computing (half types as float)."""
+    return REGISTER[dtype]
+
+
+def storage_type(dtype: str) -> str:
+    """C++ type of one element of ``dtype`` in global or shared memory."""
+    return STORAGE[dtype]
+
+
+def literal(value: float | int, dtype: str) -> str:
+    """An exact C++ literal of ``value`` in register type of ``dtype``."""
+    ctype = REGISTER[dtype]
+    if dtype in FLOATS:
+        v = float(np.float32(value)) if ctype == "float" else float(value)
+        if math.isnan(v):
+            return "(__int_as_float(0x7fc00000))" if ctype == "float" else "(__longlong_as_double(0x7ff8000000000000LL))"
+        if math.isinf(v):
+            bits = ("0x7f800000", "0xff800000") if ctype == "float" else ("0x7ff0000000000000LL", "0xfff0000000000000LL")
+            fn = "__int_as_float" if ctype == "float" else "__longlong_as_double"
+            return f"({fn}({bits[v < 0]}))"
+        return f"({float.hex(v)}{'f' if ctype == 'float' else ''})"
+    if dtype == "bool":
+        return "true" if value else "false"
+    return f"(({ctype}){int(value)}{'LL' if dtype == 'int64' else ''})"
+
+
+def convert(expr: str, src: str, dst: str) -> str:
+    """``expr`` (register of dtype ``src``) converted to a register of dtype ``dst``,
+    rounding exactly as NumPy's ``astype`` does."""
+    if src == dst:
+        return expr
+    if dst == "bool":
+        return f"((bool)({expr}))"
+    if dst in HALFS:
+        if src == "float64":  # one rounding, not two through float
+            return f"__half2float(__double2half({expr}))" if dst == "float16" else \
+                f"__bfloat162float(__double2bfloat16({expr}))"
+        rounder = "part_round_f16" if dst == "float16" else "part_round_bf16"
+        return f"{rounder}((float)({expr}))"
+    if dst in ("float32", "float64"):
+        return f"(({REGISTER[dst]})({expr}))"
+    if src in FLOATS:  # float -> integer
+        return f"part_to_{dst}({expr})"
+    return f"(({REGISTER[dst]})({expr}))"
+
+
+def round_result(expr: str, dtype: str) -> str:
+    """A computed float32 expression rounded to ``dtype`` if that is a half type."""
+    if dtype == "float16":
+        return f"part_round_f16({expr})"
+    if dtype == "bfloat16":
+        return f"part_round_bf16({expr})"
+    return expr
+
+
+def strides(shape: tuple[int, ...]) -> list[int]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return out[::-1]
+
+
+def linear(shape: tuple[int, ...], idx: Index) -> str:
+    """Row-major linear index expression of ``idx`` in ``shape``."""
+    terms = []
+    for stride, i, n in zip(strides(shape), idx, shape):
+        if n == 1 or i == "0":
+            continue
+        terms.append(i if stride == 1 else f"{i} * {stride}")
+    return " + ".join(terms) if terms else "0"
+
+
+def delinearize(shape: tuple[int, ...], lin: str) -> Index:
+    """Multi-index expressions of linear index ``lin`` in ``shape``."""
+    out = []
+    for k, (stride, n) in enumerate(zip(strides(shape), shape)):
+        if n == 1:
+            out.append("0")
+            continue
+        part = lin if stride == 1 else f"({lin}) / {stride}"
+        out.append(part if k == 0 else f"({part}) % {n}")
+    return tuple(out)
+
+
+def broadcast_index(in_shape: tuple[int, ...], out_idx: Index) -> Index:
+    """Index into an operand of ``in_shape`` broadcast (NumPy, right-aligned) to ``out_idx``."""
+    offset = len(out_idx) - len(in_shape)
+    return tuple("0" if n == 1 else out_idx[offset + d] for d, n in enumerate(in_shape))
+
+
+def needs_int64(graph: Graph, tensors: list[str]) -> bool:
+    """64-bit index arithmetic when any tensor the kernel touches (through any view of
+    its storage) can reach 2^31 elements."""
+    return any(graph.tensor(graph.storage[t]).numel >= INT32_LIMIT or graph.tensor(t).numel >= INT32_LIMIT
+               for t in tensors)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a kernel finds a tensor's values.
+
+    ``global``: memory at pointer ``name``. ``scalar``: a register ``name`` (one
+    value per row). ``buffer``: ``name[position]`` (registers or shared memory)
+    holding the value at index ``at`` only; at any other index the value is loaded
+    through ``pointer`` if given, and computed otherwise.
+    """
+
+    kind: str
+    name: str
+    at: Index | None = None
+    position: str = ""
+    pointer: str = ""
+
+
+class Emitter:
+    """Writes C++ statements that compute tensor values at index expressions.
+
+    ``sources`` says how to read tensors the kernel does not compute; any other
+    tensor is computed from its op. Values are memoised per (tensor, index) within
+    a block of statements.
+    """
+
+    def __init__(self, graph: Graph, sources: dict[str, Source], expr_macro, index_type: str, prefix: str = ""):
+        self.graph, self.sources, self.expr, self.index_type = graph, dict(sources), expr_macro, index_type
+        self.prefix = prefix  # keeps variable names of emitters sharing one kernel apart
+        self.lines: list[str] = []
+        self.depth = 1
+        self.memo: list[dict] = [{}]
+        self.count = 0
+
+    # ------------------------------------------------------------ statements
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def fresh(self, prefix: str = "v") -> str:
+        self.count += 1
+        return f"{self.prefix}{prefix}{self.count}"
+
+    def declare(self, dtype: str, expr: str, prefix: str = "v") -> str:
+        name = self.fresh(prefix)
+        self.emit(f"const {REGISTER[dtype]} {name} = {expr};")
+        return name
+
+    def index_var(self, expr: str) -> str:
+        if expr.isidentifier() or expr.isdigit():
+            return expr
+        name = self.fresh("i")
+        self.emit(f"const {self.index_type} {name} = {expr};")
+        return name
+
+    def open(self, header: str) -> None:
+        self.emit(header + " {")
+        self.depth += 1
+        self.memo.append({})
+
+    def close(self, trailer: str = "}") -> None:
+        self.depth -= 1
+        self.memo.pop()
+        self.emit(trailer)
+
+    def branch(self, header: str) -> None:
+        """Close the current block and open the next arm (``} else {``)."""
+        self.close(header)
+        self.depth += 1
+        self.memo.append({})
+
+    def _lookup(self, key) -> str | None:
+        for scope in reversed(self.memo):
+            if key in scope:
+                return scope[key]
+        return None
+
+    # ------------------------------------------------------------ values
+
+    def value(self, tensor: str, idx: Index) -> str:
+        """A C++ variable holding ``tensor`` at ``idx`` (register type of its dtype)."""
+        key = (tensor, idx)
+        found = self._lookup(key)
+        if found is not None:
+            return found
+        source = self.sources.get(tensor)
+        if source is not None and (source.kind != "buffer" or source.at == idx):
+            var = self._read(tensor, idx, source)
+        elif source is not None and source.pointer:
+            var = self._read(tensor, idx, Source("global", source.pointer))
+        elif tensor in self.graph.ops:
+            var = self._compute(self.graph.ops[tensor], idx)
+        else:
+            raise KeyError(f"no source for tensor '{tensor}'")
+        self.memo[-1][key] = var
+        return var
+
+    def _read(self, tensor: str, idx: Index, source: Source) -> str:
+        t = self.graph.tensor(tensor)
+        if source.kind == "scalar":
+            return source.name
+        if source.kind == "buffer":
+            return self.declare(t.dtype, f"part_load({source.name}[{source.position}])")
+        return self.declare(t.dtype, f"part_load({source.name}[{linear(t.shape, idx)}])")
+
+    def _operand(self, op: Op, k: int, idx: Index, cdtype: str) -> str:
+        operand = op.inputs[k]
+        if not isinstance(operand, str):
+            return literal(operand, cdtype)
+        t = self.graph.tensor(operand)
+        return convert(self.value(operand, broadcast_index(t.shape, idx)), t.dtype, cdtype)
+
+    def _compute(self, op: Op, idx: Index) -> str:
+        cls = op.op_class
+        if op.kind == "cast":
+            src = self.graph.tensor(op.inputs[0])
+            var = self.declare(op.out.dtype, convert(self.value(op.inputs[0], idx), src.dtype, op.out.dtype))
+            return var
+        if cls == "elementwise":
+            return self._elementwise(op, idx)
+        if cls in ("injective", "broadcast"):
+            var = self._layout(op, idx)
+            if op.out.dtype != op.promoted:  # a stated dtype converts the moved value
+                var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
+            return var
+        raise ValueError(f"{op.kind} '{op.name}' cannot be computed at an index inside this kernel")
+
+    def _elementwise(self, op: Op, idx: Index) -> str:
+        types = [self.graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+        if op.kind in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"):
+            cdtype = compute_dtype(promote([t.dtype for t in types if isinstance(t, TensorType)],
+                                           [t for t in types if not isinstance(t, TensorType)]))
+        else:
+            cdtype = compute_dtype(op.promoted)
+        if op.kind == "where":
+            cond = self._operand(op, 0, idx, "bool")
+            args = [cond] + [self._operand(op, k, idx, cdtype) for k in (1, 2)]
+        else:
+            args = [self._operand(op, k, idx, cdtype) for k in range(len(op.inputs))]
+        lits = {
+            "alpha": literal(op.attrs["alpha"], cdtype) if "alpha" in op.attrs else None,
+            "min": literal(op.attrs["min"], cdtype) if op.attrs.get("min") is not None else None,
+            "max": literal(op.attrs["max"], cdtype) if op.attrs.get("max") is not None else None,
+            "approximate": op.attrs.get("approximate"),
+        }
+        expr = str(self.expr(op.kind, args, REGISTER[cdtype], lits))
+        var = self.declare(op.promoted, round_result(expr, op.promoted) if cdtype != op.promoted else expr)
+        if op.out.dtype != op.promoted:
+            var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
+        return var
+
+    def _layout(self, op: Op, idx: Index) -> str:
+        g = self.graph
+        src = op.inputs[0]
+        in_shape = g.tensor(src).shape if isinstance(src, str) else ()
+        if op.kind == "broadcast_to":
+            return self.value(src, broadcast_index(in_shape, idx))
+        if op.kind == "reshape":
+            if [n for n in in_shape if n != 1] == [n for n in op.out.shape if n != 1]:
+                kept = iter([i for i, n in zip(idx, op.out.shape) if n != 1])
+                return self.value(src, tuple(next(kept) if n != 1 else "0" for n in in_shape))
+            lin = self.index_var(linear(op.out.shape, idx))
+            return self.value(src, tuple(self.index_var(e) for e in delinearize(in_shape, lin)))
+        if op.kind == "transpose":
+            perm = transpose_perm(len(in_shape), op.attrs.get("perm"))
+            inner = [""] * len(in_shape)
+            for d, p in enumerate(perm):
+                inner[p] = idx[d]
+            return self.value(src, tuple(inner))
+        if op.kind == "slice":
+            params = slice_params(in_shape, op.attrs)
+            inner = []
+            for (start, _, step), i in zip(params, idx):
+                term = i if step == 1 else f"{i} * {step}"
+                inner.append(self.index_var(term if start == 0 else f"{start} + {term}" if step > 0
+                                            else f"{start} - ({i}) * {-step}"))
+            return self.value(src, tuple(inner))
+        if op.kind == "concat":
+            return self._concat(op, idx)
+        if op.kind == "pad":
+            return self._pad(op, idx)
+        raise ValueError(f"layout op {op.kind}")
+
+    def _concat(self, op: Op, idx: Index) -> str:
+        g = self.graph
+        axis = normalize_axis(op.attrs["axis"], len(op.out.shape))
+        result = self.fresh("v")
+        self.emit(f"{REGISTER[op.out.dtype]} {result};")
+        offset = 0
+        for k, src in enumerate(op.inputs):
+            t = g.tensor(src)
+            end = offset + t.shape[axis]
+            inner = list(idx)
+            inner[axis] = idx[axis] if offset == 0 else f"({idx[axis]} - {offset})"
+            last = k == len(op.inputs) - 1
+            if k == 0:
+                self.open("" if last else f"if ({idx[axis]} < {end})")
+            else:
+                self.branch("} else {" if last else f"}} else if ({idx[axis]} < {end}) {{")
+            inner_idx = tuple(self.index_var(e) for e in inner)
+            self.emit(f"{result} = {convert(self.value(src, inner_idx), t.dtype, op.out.dtype)};")
+            offset = end
+        self.close()
+        return result
+
+    def _pad(self, op: Op, idx: Index) -> str:
+        g = self.graph
+        t = g.tensor(op.inputs[0])
+        rank = len(t.shape)
+        pads = op.attrs["pads"]
+        inner, checks = [], []
+        for d in range(rank):
+            before = pads[d]
+            i = idx[d] if before == 0 else f"({idx[d]} - {before})"
+            inner.append(i)
+            if before:
+                checks.append(f"{idx[d]} >= {before}")
+            if pads[d + rank]:
+                checks.append(f"{idx[d]} < {before + t.shape[d]}")
+        result = self.fresh("v")
+        self.emit(f"{REGISTER[op.out.dtype]} {result} = {literal(op.attrs['value'], op.out.dtype)};")
+        self.open(f"if ({' && '.join(checks) or 'true'})")
+        self.emit(f"{result} = {self.value(op.inputs[0], tuple(self.index_var(e) for e in inner))};")
+        self.close()
+        return result
+
+    # ------------------------------------------------------------ stores
+
+    def store(self, tensor: str, pointer: str, idx: Index) -> None:
+        """Store ``tensor`` at ``idx`` into ``pointer`` (its storage type)."""
+        t = self.graph.tensor(tensor)
+        self.emit(f"{pointer}[{linear(t.shape, idx)}] = {to_storage(self.value(tensor, idx), t.dtype)};")
+
+
+def to_storage(expr: str, dtype: str) -> str:
+    """A register value converted to its storage type."""
+    if dtype == "float16":
+        return f"part_to_f16({expr})"
+    if dtype == "bfloat16":
+        return f"part_to_bf16({expr})"
+    return f"(({STORAGE[dtype]})({expr}))"
+

@@ -1,0 +1,139 @@
+"""Compile rendered kernels with nvcc, cache the results by content hash, and read
+ptxas' resource report (registers, spills, static shared memory) per kernel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .render import RUNTIME_HEADER, Kernel, runtime_header
+
+DEFAULT_ARCH = "sm_90"
+NVCC_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+class CompileError(RuntimeError):
+    """nvcc is missing or rejected a kernel; the message is one line, the log a file."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """ptxas' report for one kernel: registers per thread, spill bytes, static
+    shared memory and stack frame, bytes."""
+
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    static_smem: int
+    stack_frame: int
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A cubin holding every kernel of a plan, and ptxas' report per kernel name."""
+
+    arch: str
+    cubin: Path
+    resources: dict[str, Resources]
+
+
+def nvcc() -> str | None:
+    """Path of nvcc, or ``None`` when it is not installed."""
+    return shutil.which("nvcc")
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def cache_dir() -> Path:
+    """``$PARTITIONER_CACHE``, else ``~/.cache/partitioner/cuda``."""
+    root = os.environ.get("PARTITIONER_CACHE") or Path.home() / ".cache" / "partitioner"
+    path = Path(root) / "cuda"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def parse_ptxas(log: str) -> dict[str, Resources]:
+    """Kernel name -> :class:`Resources` from ``nvcc -Xptxas -v`` output."""
+    found: dict[str, Resources] = {}
+    current = None
+    numbers = {}
+    for line in log.splitlines():
+        entry = _ENTRY.search(line)
+        if entry:
+            current, numbers = entry.group(1), {}
+            continue
+        if current is None:
+            continue
+        spills = _SPILLS.search(line)
+        if spills:
+            numbers.update(stack=int(spills.group(1)), stores=int(spills.group(2)), loads=int(spills.group(3)))
+        used = _USED.search(line)
+        if used:
+            smem = _SMEM.search(line)
+            found[current] = Resources(int(used.group(1)), numbers.get("stores", 0), numbers.get("loads", 0),
+                                       int(smem.group(1)) if smem else 0, numbers.get("stack", 0))
+            current = None
+    return found
+
+
+def bundle(kernels: list[Kernel]) -> str:
+    """One translation unit with every distinct kernel (identical groups share one)."""
+    sources = {}
+    for k in kernels:
+        sources.setdefault(k.name, k.source.split("\n", 1)[1])  # without the group comment
+    return "\n".join(sources[name] for name in sorted(sources))
+
+
+def compile_kernels(kernels: list[Kernel], arch: str = DEFAULT_ARCH) -> Compiled:
+    """Compile ``kernels`` for ``arch`` (e.g. ``sm_90``) into one cubin, from the cache
+    when the same sources, header, flags and nvcc were compiled before.
+
+    Raises:
+        CompileError: nvcc is not installed or fails (the full log is kept in the cache).
+    """
+    if nvcc() is None:
+        raise CompileError("nvcc is not on the PATH; install the CUDA toolkit to compile kernels")
+    source = bundle(kernels)
+    header = runtime_header()
+    key = hashlib.sha256("\0".join([source, header, arch, " ".join(NVCC_FLAGS), nvcc_version()]).encode()).hexdigest()
+    entry = cache_dir() / key[:24]
+    cubin, report = entry / "kernels.cubin", entry / "resources.json"
+    if cubin.exists() and report.exists():
+        data = json.loads(report.read_text())
+        return Compiled(arch, cubin, {name: Resources(**r) for name, r in data.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / RUNTIME_HEADER).write_text(header)
+        (work / "kernels.cu").write_text(source)
+        result = subprocess.run([nvcc(), f"-arch={arch}", "-cubin", *NVCC_FLAGS, "-I", str(work), "kernels.cu",
+                                 "-o", "kernels.cubin"], capture_output=True, text=True, cwd=work)
+        entry.mkdir(parents=True, exist_ok=True)
+        (entry / "nvcc.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            (entry / "kernels.cu").write_text(source)
+            first = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr.strip()[:200])
+            raise CompileError(f"nvcc failed for {arch}: {first.strip()} (log: {entry / 'nvcc.log'})")
+        resources = parse_ptxas(result.stdout + result.stderr)
+        shutil.copy(work / "kernels.cubin", cubin)
+    report.write_text(json.dumps({name: asdict(r) for name, r in resources.items()}))
+    return Compiled(arch, cubin, resources)

@@ -1,0 +1,133 @@
+"""Run a plan's generated kernels on the CPU, through the emulator header.
+
+The very ``.cu`` sources the GPU would run are compiled with g++ against
+``emulator/cuda_emulator.h`` (blocks one after another, a block's threads as
+cooperative fibers) into one host program per plan, which launches the kernels in
+plan order. It is a test tool: practical for graphs at small shapes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from partitioner.dtypes import numpy_dtype
+
+from .codegen import storage_type
+from .compile import cache_dir
+from .kernels.common import environment
+from .render import RUNTIME_HEADER, Rendered, runtime_header
+
+EMULATOR_PACKAGE = "backends.cuda.emulator"
+EMULATOR_HEADER = "cuda_emulator.h"
+CXX_FLAGS = ("-std=c++17", "-O1", "-DPARTITION_EMULATOR", "-w")
+TIMEOUT_S = 600
+
+
+class EmulatorError(RuntimeError):
+    """g++ is missing, the program failed to compile, or a kernel failed while running."""
+
+
+def compiler() -> str | None:
+    """Path of g++, or ``None``."""
+    return shutil.which("g++")
+
+
+def _files(rendered: Rendered) -> dict[str, str]:
+    """Storage -> file stem (storage names may hold characters a file name cannot)."""
+    names: dict[str, str] = {}
+    for kernel in rendered.kernels:
+        for arg in kernel.args:
+            names.setdefault(arg["tensor"], f"t{len(names)}")
+    return names
+
+
+def program(rendered: Rendered) -> str:
+    """C++ source of the host program running every kernel of ``rendered``."""
+    g = rendered.plan.graph
+    files = _files(rendered)
+    sources: dict[str, str] = {}
+    launches, written = [], {}
+    for kernel in rendered.kernels:
+        sources.setdefault(kernel.name, kernel.source)
+        args = []
+        for arg in kernel.args:
+            t = g.tensor(arg["tensor"])
+            ctype = storage_type(t.dtype)
+            is_input = arg["role"] == "in"
+            call = f'buffer("{files[arg["tensor"]]}", {t.nbytes}, {"true" if is_input else "false"})'
+            args.append(f"({'const ' if is_input else ''}{ctype}*){call}")
+            if not is_input:
+                written[arg["tensor"]] = {"file": files[arg["tensor"]], "bytes": t.nbytes}
+        launches.append({"kernel": kernel.name, "grid": kernel.grid, "block": kernel.block,
+                         "smem": kernel.smem_dynamic, "args": args})
+    template = environment().get_template("emulator_main.cpp.j2")
+    return template.render(sources=list(sources.values()), launches=launches, saved=list(written.values()))
+
+
+def build(rendered: Rendered) -> Path:
+    """Compile the host program of ``rendered`` (cached by content hash); its path."""
+    if compiler() is None:
+        raise EmulatorError("g++ is not on the PATH; the emulator needs a C++17 compiler")
+    source = program(rendered)
+    header = resources.files(EMULATOR_PACKAGE).joinpath(EMULATOR_HEADER).read_text()
+    key = hashlib.sha256("\0".join([source, runtime_header(), header, " ".join(CXX_FLAGS)]).encode()).hexdigest()
+    entry = cache_dir() / f"emu-{key[:24]}"
+    binary = entry / "plan"
+    if binary.exists():
+        return binary
+    entry.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / RUNTIME_HEADER).write_text(runtime_header())
+        (work / EMULATOR_HEADER).write_text(header)
+        (work / "plan.cpp").write_text(source)
+        result = subprocess.run([compiler(), *CXX_FLAGS, "-I", str(work), "plan.cpp", "-o", "plan"],
+                                capture_output=True, text=True, cwd=work)
+        if result.returncode != 0:
+            (entry / "plan.cpp").write_text(source)
+            (entry / "g++.log").write_text(result.stderr)
+            first = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr[:200])
+            raise EmulatorError(f"the emulated program does not compile: {first.strip()} (log: {entry / 'g++.log'})")
+        shutil.copy(work / "plan", binary)
+    return binary
+
+
+def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run every kernel of ``rendered`` on the emulator.
+
+    Args:
+        storages: values of the storages the kernels read and no kernel writes
+            (graph inputs, and custom ops' results), by storage name.
+
+    Returns:
+        Storage name -> array for every storage a kernel writes.
+    """
+    g = rendered.plan.graph
+    files = _files(rendered)
+    binary = build(rendered)
+    written = {a["tensor"] for k in rendered.kernels for a in k.args if a["role"] == "out"}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for name, stem in files.items():
+            if name not in written:
+                t = g.tensor(name)
+                array = np.ascontiguousarray(np.asarray(storages[name]).astype(numpy_dtype(t.dtype)))
+                (work / f"{stem}.bin").write_bytes(array.tobytes())
+        result = subprocess.run([str(binary), str(work)], capture_output=True, text=True, timeout=TIMEOUT_S)
+        if result.returncode != 0:
+            raise EmulatorError(f"the emulated kernels failed (exit {result.returncode}): "
+                                f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ''}")
+        out = {}
+        for name in written:
+            t = g.tensor(name)
+            data = (work / f"{files[name]}.out").read_bytes()
+            out[name] = np.frombuffer(data, dtype=numpy_dtype(t.dtype)).reshape(t.shape).copy()
+    return out
+

@@ -1,0 +1,1 @@
+"""The CPU emulator header that lets generated CUDA kernels run under g++ (a test tool)."""

@@ -1,0 +1,1 @@
+"""One module per kernel template: each builds the template context of a group kind."""

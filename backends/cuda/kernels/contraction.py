@@ -1,0 +1,152 @@
+"""Context of ``contraction.cu.j2``: one matmul or conv2d with its prologue and epilogue.
+
+The GEMM view (batch, M, N, K) comes from ``cost.contraction_dims`` and the tile
+shape from ``cost`` (``TILE_M``, ``TILE_N``, ``TILE_K``, ``CONTRACTION_THREADS``),
+so the shared-memory estimate and the kernel agree by construction.
+"""
+
+from __future__ import annotations
+
+from partitioner.cost import CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contraction_dims, shared_memory
+from partitioner.group import Group
+from partitioner.ops import conv2d_output, matmul_shapes
+
+from ..codegen import REGISTER, Emitter, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
+from .common import expr_macro, external_sources, index_type, parameters
+
+STATIC_SMEM_LIMIT = 48 * 1024
+WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
+MICRO = 8  # CUDA-core path: 8 x 8 products per thread
+MAX_GRID_Z = 65535
+
+
+def _acc_dtype(promoted: str) -> str:
+    """dtype the products accumulate in: float32 for float types up to float32."""
+    return "float32" if promoted in ("float16", "bfloat16", "float32") else promoted
+
+
+def _fma(acc_dtype: str) -> str:
+    if acc_dtype in ("float32", "float64"):
+        return "acc[i][j] + a[i] * b[j]"
+    if acc_dtype == "bool":
+        return "(acc[i][j] || (a[i] && b[j]))"
+    return "part_wrap_add(acc[i][j], part_wrap_mul(a[i], b[j]))"
+
+
+def build(group: Group, index: int, hw) -> dict:
+    g = group.graph
+    op = next(o for o in group.compute if o.op_class == "contraction")
+    params = parameters(group)
+    itype, bits = index_type(group)
+    batch, m, n, k = contraction_dims(group)
+    if batch > MAX_GRID_Z:
+        raise ValueError(f"contraction '{op.name}': {batch} batched products exceed the grid's z limit {MAX_GRID_Z}")
+    promoted = op.promoted
+    wmma = promoted in ("float16", "bfloat16")
+    acc_dtype = _acc_dtype(promoted)
+    sources = external_sources(group, params)
+    a_tensor, b_tensor = op.inputs[0], op.inputs[1]
+
+    head = Emitter(g, sources, expr_macro(), "idx_t", prefix="b")
+    if op.kind == "matmul":
+        batch_shape, *_ = matmul_shapes(g.tensor(a_tensor).shape, g.tensor(b_tensor).shape)
+        b_idx = tuple(head.index_var(e) for e in delinearize(batch_shape, "bz"))
+    else:
+        b_idx = ()
+
+    def operand(which: str) -> str:
+        em = Emitter(g, sources, expr_macro(), "idx_t", prefix=which)
+        em.depth = 4
+        tensor = a_tensor if which == "a" else b_tensor
+        t = g.tensor(tensor)
+        target = f"{which}val"
+        if op.kind == "matmul":
+            rows, cols = ("m", "k") if which == "a" else ("k", "n")
+            if len(t.shape) == 1:
+                idx = ("k",)
+            else:
+                idx = broadcast_index(t.shape[:-2], b_idx) + (rows, cols)
+            em.emit(f"{target} = {convert(em.value(tensor, idx), t.dtype, promoted)};")
+        else:
+            em.emit(f"{target} = {convert(_conv_operand(em, op, which, g), t.dtype, promoted)};")
+        return "\n".join(em.lines)
+
+    epi = Emitter(g, sources, expr_macro(), "idx_t", prefix="e")
+    epi.depth = 2
+    out_idx = _output_index(epi, op, b_idx, g)
+    value = "accv"
+    if op.kind == "conv2d" and len(op.inputs) == 3:
+        bias = g.tensor(op.inputs[2])
+        channel = out_idx[1]
+        value = f"(accv + {convert(epi.value(op.inputs[2], (channel,)), bias.dtype, acc_dtype)})"
+    cvar = epi.declare(promoted, convert(value, acc_dtype, promoted), "c")
+    if op.out.dtype != promoted:
+        cvar = epi.declare(op.out.dtype, convert(cvar, promoted, op.out.dtype), "c")
+    epi.sources[op.name] = Source("scalar", cvar)
+    lin = None
+    for w in group.writes:
+        t = g.tensor(w)
+        if t.shape == op.out.shape:
+            epi.store(w, params.pointer[w], out_idx)
+        else:
+            lin = lin or epi.index_var(linear(op.out.shape, out_idx))
+            epi.store(w, params.pointer[w], tuple(epi.index_var(e) for e in delinearize(t.shape, lin)))
+
+    smem = shared_memory(group)
+    static = smem if smem <= STATIC_SMEM_LIMIT else 0
+    op_type = storage_type(promoted) if wmma else REGISTER[promoted]
+    store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
+    warps = CONTRACTION_THREADS // 32
+    return {
+        "template": "contraction.cu.j2", "params": params, "bits": bits,
+        "grid": (-(-n // TILE_N), -(-m // TILE_M), batch), "block": (CONTRACTION_THREADS, 1, 1),
+        "smem_dynamic": 0 if static else smem, "smem_static": static,
+        "context": {
+            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
+            "m": m, "n": n, "k": k, "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
+            "smem_static": static, "batch_index": "\n".join(head.lines),
+            "a_value": operand("a"), "b_value": operand("b"), "a_store": store("aval"), "b_store": store("bval"),
+            "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
+            "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
+            "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
+            "tm": MICRO, "tn": MICRO,
+        },
+    }
+
+
+def _conv_operand(em: Emitter, op, which: str, g) -> str:
+    """Value of the implicit-GEMM operand element: A(bz, m, k) from the input with
+    zero padding, B(bz, k, n) from the weight."""
+    x, w = g.tensor(op.inputs[0]), g.tensor(op.inputs[1])
+    _, c, height, width = x.shape
+    o, cg, kh, kw = w.shape
+    groups = op.attrs["groups"]
+    sh, sw = op.attrs["strides"]
+    dh, dw = op.attrs["dilations"]
+    pt, pl, _, _ = op.attrs["pads"]
+    _, _, ho, wo = conv2d_output(x.shape, w.shape, op.attrs)
+    ci, ki, kj = (em.index_var(e) for e in delinearize((cg, kh, kw), "k"))
+    if which == "b":
+        return em.value(op.inputs[1], (em.index_var(f"bz * {o // groups} + n"), ci, ki, kj))
+    nb, oh, ow = (em.index_var(e) for e in delinearize((x.shape[0], ho, wo), "m"))
+    h = em.index_var(f"{oh} * {sh} - {pt} + {ki} * {dh}")
+    col = em.index_var(f"{ow} * {sw} - {pl} + {kj} * {dw}")
+    result = em.fresh("x")
+    em.emit(f"{REGISTER[x.dtype]} {result} = ({REGISTER[x.dtype]})0;")
+    em.open(f"if ({h} >= 0 && {h} < {height} && {col} >= 0 && {col} < {width})")
+    channel = em.index_var(f"bz * {cg} + {ci}")
+    em.emit(f"{result} = {em.value(op.inputs[0], (nb, channel, h, col))};")
+    em.close()
+    return result
+
+
+def _output_index(em: Emitter, op, b_idx, g) -> tuple[str, ...]:
+    """Index of product element (bz, m, n) in the contraction's output tensor."""
+    if op.kind == "matmul":
+        a, b = (g.tensor(t).shape for t in op.inputs[:2])
+        return b_idx + (("m",) if len(a) > 1 else ()) + (("n",) if len(b) > 1 else ())
+    x, w = g.tensor(op.inputs[0]), g.tensor(op.inputs[1])
+    _, _, ho, wo = conv2d_output(x.shape, w.shape, op.attrs)
+    nb, oh, ow = (em.index_var(e) for e in delinearize((x.shape[0], ho, wo), "m"))
+    channel = em.index_var(f"bz * {w.shape[0] // op.attrs['groups']} + n")
+    return (nb, channel, oh, ow)

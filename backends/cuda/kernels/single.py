@@ -1,0 +1,34 @@
+"""Context of ``single_op.cu.j2``: a gather on its own."""
+
+from __future__ import annotations
+
+import math
+
+from partitioner.group import Group
+from partitioner.ops import normalize_axis
+
+from ..codegen import storage_type
+from .common import grid_stride_blocks, index_type, parameters
+
+THREADS = 256
+
+
+def build(group: Group, index: int, hw) -> dict:
+    g = group.graph
+    params = parameters(group)
+    itype, bits = index_type(group)
+    op = group.compute[0]
+    data, indices = (g.tensor(t) for t in op.inputs)
+    axis = normalize_axis(op.attrs["axis"], len(data.shape))
+    out = op.out
+    return {
+        "template": "single_op.cu.j2", "params": params, "bits": bits,
+        "grid": (grid_stride_blocks(out.numel, THREADS, hw.sm_count), 1, 1), "block": (THREADS, 1, 1),
+        "smem_dynamic": 0, "smem_static": 0,
+        "context": {
+            "threads": THREADS, "index_type": itype, "out": out, "storage": storage_type(out.dtype),
+            "dim": data.shape[axis], "inner": math.prod(data.shape[axis + 1:]), "count": indices.numel,
+            "data_ptr": params.pointer[g.storage[op.inputs[0]]], "indices_ptr": params.pointer[g.storage[op.inputs[1]]],
+            "out_ptr": params.pointer[op.name],
+        },
+    }

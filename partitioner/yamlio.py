@@ -1,0 +1,82 @@
+"""YAML reading with YAML 1.2 core-schema scalars, shared by graph and hardware files.
+
+PyYAML implements YAML 1.1, where ``010`` is octal 8, ``1:30`` is 90, ``2001-12-14``
+is a date, ``on``/``no`` are booleans and ``1e-5`` is a string. Graph files follow
+YAML 1.2: decimal integers, floats with or without a dot, only ``true``/``false``
+booleans, no timestamps. A key given twice in one mapping is an error.
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+_BOOL = "tag:yaml.org,2002:bool"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+
+
+class _Loader(yaml.SafeLoader):
+    def construct_mapping(self, node, deep=False):
+        self.flatten_mapping(node)  # resolve merge keys ("<<") before looking for duplicates
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        value = self.construct_scalar(node)
+        return int(value, 0) if value.lstrip("+-").startswith(("0x", "0o")) else int(value)
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT, _TIMESTAMP)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+_Loader.add_constructor(_INT, _Loader.construct_yaml_int)
+
+
+def parse_yaml(text: str):
+    """Parse ``text`` as YAML 1.2 (core schema). Raises ``yaml.YAMLError`` and
+    ``RecursionError`` (absurdly deep nesting)."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_error_message(exc: yaml.YAMLError) -> str:
+    """One line: where (line, column) and what."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None) or str(exc)
+    return f"malformed YAML{where}: {' '.join(str(problem).split())}"
+
+
+def read_text(path) -> str:
+    """A file's text as UTF-8. Raises ``OSError`` or ``UnicodeDecodeError``."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def read_error_message(exc: Exception) -> str:
+    """One line for a file that cannot be read."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"cannot read the file: not UTF-8 text (byte {exc.start})"
+    if isinstance(exc, OSError):
+        return f"cannot read the file: {exc.strerror or exc}"
+    return f"cannot read the file: {exc}"

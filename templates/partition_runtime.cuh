@@ -1,0 +1,139 @@
+// Device helpers shared by every generated kernel: storage conversions, the
+// rounding that keeps fused chains bit-identical to unfused ones, NaN-propagating
+// max/min, and math wrappers overloaded for float and double.
+//
+// With -DPARTITION_EMULATOR the same source compiles with g++ against the CPU
+// emulator (backends/cuda/emulator/cuda_emulator.h) instead of the CUDA headers.
+#pragma once
+#ifdef PARTITION_EMULATOR
+#include "cuda_emulator.h"
+#define PART_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
+#else
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+#define PART_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+#include <stdint.h>
+
+#define PART_DEV __device__ __forceinline__
+
+// ---- storage -> register (half types compute in float32)
+PART_DEV float part_load(__half x) { return __half2float(x); }
+PART_DEV float part_load(__nv_bfloat16 x) { return __bfloat162float(x); }
+PART_DEV float part_load(float x) { return x; }
+PART_DEV double part_load(double x) { return x; }
+PART_DEV int8_t part_load(int8_t x) { return x; }
+PART_DEV int32_t part_load(int32_t x) { return x; }
+PART_DEV int64_t part_load(int64_t x) { return x; }
+PART_DEV bool part_load(bool x) { return x; }
+
+// ---- register -> storage
+PART_DEV __half part_to_f16(float x) { return __float2half_rn(x); }
+PART_DEV __nv_bfloat16 part_to_bf16(float x) { return __float2bfloat16_rn(x); }
+
+// ---- rounding a float32 result to a half type, kept in a float register
+PART_DEV float part_round_f16(float x) { return __half2float(__float2half_rn(x)); }
+PART_DEV float part_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// ---- float -> integer conversions as NumPy does them on x86-64: truncation toward
+// zero; NaN and out-of-range values give the most negative value (cvttss2si).
+template <class F> PART_DEV int64_t part_to_int64(F x) {
+  return (x >= (F)-9223372036854775808.0 && x < (F)9223372036854775808.0) ? (int64_t)x : INT64_MIN;
+}
+template <class F> PART_DEV int32_t part_to_int32(F x) {
+  return (x >= (F)-2147483648.0 && x < (F)2147483648.0) ? (int32_t)x : INT32_MIN;
+}
+template <class F> PART_DEV int8_t part_to_int8(F x) { return (int8_t)part_to_int32(x); }
+
+// ---- NaN-propagating maximum/minimum (NumPy's maximum, not fmax)
+PART_DEV float part_max(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+PART_DEV float part_min(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+PART_DEV double part_max(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+PART_DEV double part_min(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+template <class T> PART_DEV T part_max(T a, T b) { return a > b ? a : b; }
+template <class T> PART_DEV T part_min(T a, T b) { return a < b ? a : b; }
+
+// ---- math, float and double
+PART_DEV float part_exp(float x) { return expf(x); }
+PART_DEV double part_exp(double x) { return exp(x); }
+PART_DEV float part_log(float x) { return logf(x); }
+PART_DEV double part_log(double x) { return log(x); }
+PART_DEV float part_sqrt(float x) { return sqrtf(x); }
+PART_DEV double part_sqrt(double x) { return sqrt(x); }
+PART_DEV float part_tanh(float x) { return tanhf(x); }
+PART_DEV double part_tanh(double x) { return tanh(x); }
+PART_DEV float part_erf(float x) { return erff(x); }
+PART_DEV double part_erf(double x) { return erf(x); }
+PART_DEV float part_sin(float x) { return sinf(x); }
+PART_DEV double part_sin(double x) { return sin(x); }
+PART_DEV float part_cos(float x) { return cosf(x); }
+PART_DEV double part_cos(double x) { return cos(x); }
+PART_DEV float part_pow(float a, float b) { return powf(a, b); }
+PART_DEV double part_pow(double a, double b) { return pow(a, b); }
+PART_DEV float part_abs(float x) { return fabsf(x); }
+PART_DEV double part_abs(double x) { return fabs(x); }
+template <class T> PART_DEV T part_abs(T x) { return x < 0 ? (T)(0 - x) : x; }
+template <class T> PART_DEV T part_sigmoid(T x) { return (T)1 / ((T)1 + part_exp(-x)); }
+template <class T> PART_DEV T part_gelu(T x) { return (T)0.5 * x * ((T)1 + part_erf(x * (T)0.70710678118654752440)); }
+template <class T> PART_DEV T part_gelu_tanh(T x) {
+  return (T)0.5 * x * ((T)1 + part_tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)));
+}
+
+// ---- integer pow: exponent < 0 truncates like C integer division
+template <class T> PART_DEV T part_ipow(T base, T e) {
+  if (e < 0) return base == 1 ? (T)1 : (base == -1 ? ((e & 1) ? (T)-1 : (T)1) : (T)0);
+  T result = 1;
+  while (e > 0) {
+    if (e & 1) result = (T)(result * base);
+    base = (T)(base * base);
+    e >>= 1;
+  }
+  return result;
+}
+
+// ---- wrapping integer arithmetic (NumPy integers wrap; signed overflow is UB in C++)
+template <class T> PART_DEV T part_wrap_add(T a, T b) { return (T)((uint64_t)a + (uint64_t)b); }
+template <class T> PART_DEV T part_wrap_sub(T a, T b) { return (T)((uint64_t)a - (uint64_t)b); }
+template <class T> PART_DEV T part_wrap_mul(T a, T b) { return (T)((uint64_t)a * (uint64_t)b); }
+
+// ---- fixed-width vectors for 16-byte loads and stores
+template <class T, int N> struct __align__(sizeof(T) * N) part_vec { T v[N]; };
+
+// ---- reductions: combine functions and warp-level reduction by butterfly shuffles
+struct part_sum_op {
+  PART_DEV float operator()(float a, float b) const { return a + b; }
+  PART_DEV double operator()(double a, double b) const { return a + b; }
+  PART_DEV int64_t operator()(int64_t a, int64_t b) const { return part_wrap_add(a, b); }
+};
+struct part_prod_op {
+  PART_DEV float operator()(float a, float b) const { return a * b; }
+  PART_DEV double operator()(double a, double b) const { return a * b; }
+  PART_DEV int64_t operator()(int64_t a, int64_t b) const { return part_wrap_mul(a, b); }
+};
+struct part_max_op {
+  template <class T> PART_DEV T operator()(T a, T b) const { return part_max(a, b); }
+};
+struct part_min_op {
+  template <class T> PART_DEV T operator()(T a, T b) const { return part_min(a, b); }
+};
+template <class T, class Op> PART_DEV T part_warp_reduce(T v, Op op) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+// argmax/argmin: the first NaN wins, then the extreme value, then the lowest index (NumPy).
+template <bool MAX, class T> PART_DEV bool part_arg_better(T v2, int64_t i2, T v, int64_t i) {
+  const bool nan2 = v2 != v2, nan = v != v;
+  if (nan || nan2) return nan2 && (!nan || i2 < i);
+  if (MAX ? v2 > v : v2 < v) return true;
+  return v2 == v && i2 < i;
+}
+template <bool MAX, class T> PART_DEV void part_warp_arg(T& v, int64_t& i) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T v2 = __shfl_xor_sync(0xffffffffu, v, offset);
+    const int64_t i2 = __shfl_xor_sync(0xffffffffu, i, offset);
+    if (part_arg_better<MAX>(v2, i2, v, i)) { v = v2; i = i2; }
+  }
+}
