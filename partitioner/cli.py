@@ -1,7 +1,8 @@
 """``partition GRAPH [--report] ...``: argument parsing and wiring only.
 
-Exit status: 0 on success, 2 on bad input (graph, hardware profile, arguments),
-1 on an internal failure. Errors are one line on stderr, never a traceback
+Exit status: 0 on success; 1 when ``--run`` finds an output beyond tolerance, or
+on an internal failure; 2 on bad input (graph, hardware profile, arguments) or a
+request this machine cannot carry out (no nvcc, no GPU, a custom op to run). Errors are one line on stderr, never a traceback
 (set ``PARTITIONER_DEBUG=1`` to see one for an internal failure).
 """
 
@@ -21,6 +22,14 @@ from .hardware import PROFILES, load_hardware
 from .loader import load_graph
 from .report import json_report, text_report
 from .strategies import STRATEGIES, compare, partition
+from backends.base import BackendError, load_backend
+from backends.check import check_table, run_and_check
+from backends.cuda.compile import CompileError, compile_kernels
+from backends.cuda.emit import EmitError
+from backends.cuda.emit import write as write_kernels
+from backends.cuda.emulate import EmulatorError
+from backends.cuda.render import render
+from backends.cuda.report import resource_rows, resource_table
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +54,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-ops", type=int, default=DEFAULT_MAX_OPS, metavar="N",
                    help=f"cap on ops per group (default {DEFAULT_MAX_OPS})")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    code = p.add_argument_group("code generation (backends)")
+    code.add_argument("--emit", choices=("cuda",), help="write one kernel per group (needs --out)")
+    code.add_argument("--out", metavar="DIR", help="directory for --emit (created if missing)")
+    code.add_argument("--compile", action="store_true",
+                      help="compile the kernels with nvcc and report ptxas' registers, spills and shared memory")
+    code.add_argument("--arch", default="sm_90", help="nvcc target architecture (default sm_90)")
+    code.add_argument("--run", action="store_true",
+                      help="run the plan on seeded random inputs and check every output against NumPy")
+    code.add_argument("--backend", default="numpy", help="backend for --run: numpy or cuda (default numpy)")
+    code.add_argument("--emulate", action="store_true",
+                      help="run the cuda backend's kernels on the CPU emulator instead of a GPU")
+    code.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --run (default 0)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
@@ -79,11 +100,33 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if progress is not None:
             sys.stderr.write("\r\033[K")
+    data = json_report(plan, plans)
+    text = [text_report(plan, plans, detailed=args.report)]
+    status = 0
+    if args.emit or args.compile:
+        rendered = render(plan)
+        if args.emit:
+            written = write_kernels(rendered, args.out)
+            data["emitted"] = {"dir": args.out, "files": [f.name for f in written]}
+            text.append(f"emitted   {len(rendered.kernels)} kernel(s) and a manifest to {args.out} "
+                        f"({len(rendered.skipped)} group(s) need no kernel)\n")
+        if args.compile:
+            rows = resource_rows(rendered, compile_kernels(rendered.kernels, args.arch))
+            data["kernels"] = rows
+            text.append(resource_table(rows))
+    if args.run:
+        options = {"emulate": True} if args.emulate else {}
+        checks = run_and_check(plan, load_backend(args.backend, **options), args.seed)
+        data["run"] = [vars(c) for c in checks]
+        where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
+        text.append(check_table(checks, f"Plan run on {where}, seed {args.seed}, against the NumPy reference "
+                                        "(tolerances in docs/backends.md)"))
+        status = 0 if all(c.ok for c in checks) else 1
     if args.format == "json":
-        print(json.dumps(json_report(plan, plans), indent=2))
+        print(json.dumps(data, indent=2))
     else:
-        sys.stdout.write(text_report(plan, plans, detailed=args.report))
-    return 0
+        sys.stdout.write("".join(text))
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,9 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--time-limit must be a positive number of seconds")
     if args.max_ops < 1:
         parser.error("--max-ops must be at least 1")
+    if args.emit and not args.out:
+        parser.error("--emit needs --out DIR")
+    if args.emulate and args.backend != "cuda":
+        parser.error("--emulate runs the cuda backend: add --backend cuda")
     try:
         return _run(args)
-    except (GraphError, HardwareError) as exc:
+    except (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError) as exc:
         print(f"partition: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -179,10 +179,15 @@ def buffered_rows(group: Group) -> dict[str, int]:
     row = row_length(group)
     rows = rows_per_block(row)
     return {
-        base: rows * min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype)
+        base: align16(rows * min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype))
         for base, stages in stages_used.items()
         if len(stages) > 1
     }
+
+
+def align16(n: int) -> int:
+    """``n`` rounded up to 16 bytes: each shared-memory region starts 16-byte aligned."""
+    return (n + 15) // 16 * 16
 
 
 def rows_per_block(row: int) -> int:
@@ -198,7 +203,8 @@ def _reduction_scratch(group: Group) -> int:
         if op.op_class == "reduction":
             acc = itemsize(accumulator_dtype(group.graph.tensor(op.tensor_inputs[0]).dtype))
             index = 8 if op.kind in ("argmax", "argmin") else 0
-            total += (REDUCTION_THREADS // WARP + 1) * (acc + index)  # a partial per warp, and the result
+            slots = REDUCTION_THREADS // WARP + 1  # a partial per warp, and the result
+            total += align16(slots * acc) + (align16(slots * 8) if index else 0)
     return total
 
 

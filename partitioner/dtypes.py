@@ -34,9 +34,9 @@ def cast_array(array, dtype: str) -> np.ndarray:
     float32 step rounds to odd instead, which makes the second rounding exact.
     """
     a = np.asarray(array)
-    if dtype != "bfloat16" or a.dtype != np.float64:
-        return a.astype(_NUMPY[dtype])
-    with np.errstate(over="ignore"):  # beyond float32's range is inf, as it should be
+    with np.errstate(all="ignore"):  # overflow to inf and NaN to integer are the conversion's meaning
+        if dtype != "bfloat16" or a.dtype != np.float64:
+            return a.astype(_NUMPY[dtype])
         f = a.astype(np.float32)
     back = f.astype(np.float64)
     inexact = np.isfinite(a) & (back != a)

@@ -10,7 +10,8 @@ import numpy as np
 from partitioner.plan import Plan
 
 from ..base import Backend, BackendError
-from . import emulate as emulator
+from .emulate import build as build_emulated
+from .emulate import run as run_emulated
 from .compile import DEFAULT_ARCH, Compiled, compile_kernels
 from .render import Rendered, render
 
@@ -37,7 +38,7 @@ class CudaBackend(Backend):
 
     def build(self, rendered: Rendered) -> Built:
         if self.emulate:
-            emulator.build(rendered)
+            build_emulated(rendered)
             return Built(rendered, None)
         return Built(rendered, compile_kernels(rendered.kernels, self.arch))
 
@@ -48,7 +49,7 @@ class CudaBackend(Backend):
             if custom and custom[0] not in storages:
                 raise BackendError(f"op '{custom[0]}' is custom and has no semantics; the cuda backend cannot run it")
         if self.emulate:
-            return emulator.run(built.rendered, storages)
+            return run_emulated(built.rendered, storages)
         from .run import run_on_gpu
 
         return run_on_gpu(built.rendered, built.compiled, storages)

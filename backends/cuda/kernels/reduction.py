@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, buffered_rows, row_length, rows_per_block
+from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, align16, buffered_rows, row_length, rows_per_block
 from partitioner.dtypes import FLOATS, accumulator_dtype, itemsize
 from partitioner.graph import Op
 from partitioner.group import Group
@@ -90,7 +90,7 @@ def build(group: Group, index: int, hw) -> dict:
         var = f"buf_{len(buffers)}"
         buffers.append({"var": var, "type": storage_type(t.dtype), "offset": offset})
         buffered[base] = var
-        offset += _align(per_block * length * itemsize(t.dtype))
+        offset += align16(per_block * length * itemsize(t.dtype))
     reductions = [op for op in group.compute if op.op_class == "reduction"]
     scratch = []
     slots = REDUCTION_THREADS // WARP + 1
@@ -98,10 +98,10 @@ def build(group: Group, index: int, hw) -> dict:
         for k, op in enumerate(reductions):
             acc = _acc_dtype(op, g.tensor(op.inputs[0]).dtype)
             scratch.append({"var": f"part_{k}", "type": REGISTER[acc], "offset": offset})
-            offset = _align(offset + slots * itemsize(acc))
+            offset += align16(slots * itemsize(acc))
             if op.kind in ("argmax", "argmin"):
                 scratch.append({"var": f"part_{k}_i", "type": "int64_t", "offset": offset})
-                offset = _align(offset + slots * 8)
+                offset += align16(slots * 8)
 
     first_use = {}
     for op in group.compute:
@@ -149,10 +149,6 @@ def build(group: Group, index: int, hw) -> dict:
                     "scratch": scratch, "smem_static": static, "smem_dynamic": 0 if static else smem,
                     "body": "\n".join(em.lines)},
     }
-
-
-def _align(n: int) -> int:
-    return (n + 15) // 16 * 16
 
 
 def _declare_accumulators(em: Emitter, g, ops: list[Op]) -> list[tuple[str, str, str | None]]:

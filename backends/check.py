@@ -1,0 +1,103 @@
+"""Running a plan on a backend and checking its outputs against the NumPy reference.
+
+Tolerances per dtype, applied elementwise as ``|got - want| <= atol + rtol * |want|``
+(NaN and ±inf must sit at the same positions, with the same signs for inf):
+
+========= ========= ========= =============================================
+dtype     rtol      atol      why
+========= ========= ========= =============================================
+float64   1e-9      1e-12     reductions and products summed in another order
+float32   1e-4      1e-5      same, over thousands of terms
+float16   1e-2      1e-2      a few ulps (2^-10) after an op rounds differently,
+                              e.g. a libm that differs by one float32 ulp
+bfloat16  5e-2      5e-2      a few ulps (2^-7)
+integers  0         0         exact
+bool      0         0         exact
+========= ========= ========= =============================================
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from partitioner.graph import Graph
+from partitioner.plan import Plan
+from partitioner.reference import random_inputs, run_reference
+
+from .base import Backend, BackendError
+
+TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2),
+              "bfloat16": (5e-2, 5e-2)}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """One graph output compared with the reference: the largest absolute error and
+    the largest error relative to the reference's largest magnitude."""
+
+    name: str
+    dtype: str
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+
+
+def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
+    """Compare one output with its reference value under the dtype's tolerance."""
+    g = np.asarray(got).astype(np.float64)
+    w = np.asarray(want).astype(np.float64)
+    rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    special = ~np.isfinite(w) | ~np.isfinite(g)
+    same_special = np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(
+        np.where(np.isinf(g), np.sign(g), 0), np.where(np.isinf(w), np.sign(w), 0))
+    finite_w = np.where(special, 0.0, w)
+    diff = np.abs(np.where(special, 0.0, g) - finite_w)
+    scale = np.max(np.abs(finite_w), initial=0.0)
+    ok = same_special and bool(np.all(diff <= atol + rtol * np.abs(finite_w)))
+    max_abs = float(np.max(diff, initial=0.0))
+    return OutputCheck(name, dtype, max_abs, float(max_abs / scale) if scale else max_abs, ok)
+
+
+def storage_values(graph: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Graph-input values keyed by storage (graph inputs are their own storages)."""
+    return {name: values[name] for name in graph.inputs}
+
+
+def output_value(graph: Graph, storages: dict[str, np.ndarray], tensor: str) -> np.ndarray:
+    """A graph output from the storages a backend returned (outputs may be views)."""
+    return storages[graph.storage[tensor]].reshape(graph.tensor(tensor).shape)
+
+
+def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
+                  inputs: dict[str, np.ndarray] | None = None) -> list[OutputCheck]:
+    """Run ``plan`` on ``backend`` with ``inputs`` (seeded random values for those not
+    given) and compare every graph output with :func:`partitioner.run_reference`.
+
+    Raises:
+        BackendError: the graph has a custom op (no semantics), or the backend cannot run.
+    """
+    g = plan.graph
+    custom = [op.name for op in g.ops.values() if op.kind == "custom"]
+    if custom:
+        raise BackendError(f"op '{custom[0]}' is custom and has no semantics: the plan cannot be run and checked")
+    inputs = {**random_inputs(g, seed), **(inputs or {})}
+    reference = run_reference(g, inputs)
+    storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
+    return [compare(t, g.tensor(t).dtype, output_value(g, storages, t), reference[t]) for t in g.outputs]
+
+
+def check_table(checks: list[OutputCheck], title: str, width: int = 200) -> str:
+    """The checks as a text table."""
+    table = Table(title=title, title_justify="left")
+    for column in ("output", "dtype", "max abs error", "max rel error", "within tolerance"):
+        table.add_column(column, justify="left" if column in ("output", "dtype") else "right")
+    for c in checks:
+        table.add_row(c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}", "yes" if c.ok else "NO")
+    out = io.StringIO()
+    Console(file=out, width=width, no_color=True, highlight=False).print(table)
+    return out.getvalue()

@@ -1,0 +1,45 @@
+"""Write a rendered plan to a directory: one ``.cu`` per group, the device-helper
+header they include, and ``manifest.json`` (kernel, launch geometry, arguments)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .render import RUNTIME_HEADER, Rendered, runtime_header
+
+MANIFEST = "manifest.json"
+
+
+class EmitError(RuntimeError):
+    """The output directory holds files this tool did not write."""
+
+
+def write(rendered: Rendered, out: str | Path) -> list[Path]:
+    """Write the kernels of ``rendered`` into ``out`` (created if missing) and return
+    the files written. A directory that already holds files is only reused when it
+    holds an earlier ``manifest.json`` of this tool, whose files are replaced.
+
+    Raises:
+        EmitError: ``out`` is a file, or a non-empty directory without a manifest.
+    """
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise EmitError(f"{path} is a file; give a directory for the kernels")
+    if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
+        raise EmitError(f"{path} is not empty and holds no {MANIFEST} of an earlier emit; choose a new directory")
+    if (path / MANIFEST).exists():
+        for old in json.loads((path / MANIFEST).read_text()).get("files", []):
+            (path / old).unlink(missing_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
+    files = [path / RUNTIME_HEADER]
+    files[0].write_text(runtime_header())
+    for kernel in rendered.kernels:
+        target = path / kernel.file_name
+        target.write_text(kernel.source)
+        files.append(target)
+    manifest = rendered.manifest()
+    manifest["files"] = [f.name for f in files]
+    manifest["compile"] = "nvcc -arch=sm_90 -cubin -O3 -I . gNNN_kind.cu"
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
+    return [*files, path / MANIFEST]

@@ -1,0 +1,125 @@
+"""Rendering is deterministic, every kernel compiles with nvcc without spilling, and
+the CLI writes, compiles and runs kernels."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from backends.cuda.compile import compile_kernels, parse_ptxas
+from backends.cuda.emit import EmitError, write
+from backends.cuda.render import render
+from partitioner import cli, load_graph, partition
+
+from .conftest import GRAPHS, ROOT, make_graph, op
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: no CUDA toolkit")
+HANDWRITTEN = [p for p in GRAPHS if "source: hand-written" in p.read_text()]
+EXPORTED = [p for p in GRAPHS if p not in HANDWRITTEN]
+
+
+@pytest.mark.parametrize("path", GRAPHS, ids=[p.stem for p in GRAPHS])
+def test_rendering_is_deterministic(path):
+    graph = load_graph(path)
+    plan = partition(graph, "greedy")
+    first, second = render(plan), render(plan)
+    assert [k.source for k in first.kernels] == [k.source for k in second.kernels]
+    custom = {op.name for op in graph.ops.values() if op.kind == "custom"}
+    assert {n for s in first.skipped for n in s["ops"] if n in custom} == custom
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("path", HANDWRITTEN, ids=[p.stem for p in HANDWRITTEN])
+def test_every_plan_of_the_graphs_without_custom_ops_compiles_without_spills(path, arch):
+    graph = load_graph(path)
+    for strategy in ("none", "greedy", "ilp"):
+        rendered = render(partition(graph, strategy))
+        compiled = compile_kernels(rendered.kernels, arch)
+        assert {k.name for k in rendered.kernels} <= set(compiled.resources)
+        assert all(r.spills == 0 for r in compiled.resources.values())
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("path", EXPORTED, ids=[p.stem for p in EXPORTED])
+def test_ilp_plans_of_real_models_compile_without_spills(path, arch):
+    rendered = render(partition(load_graph(path), "ilp"))
+    compiled = compile_kernels(rendered.kernels, arch)
+    assert all(r.spills == 0 for r in compiled.resources.values())
+    over = [k.index for k in rendered.kernels if compiled.resources[k.name].registers > 255]
+    assert not over
+
+
+def test_index_width_follows_the_largest_tensor_touched():
+    big = make_graph({"x": ([2**31 + 8], "int8")}, [op("s", "slice", ["x"], starts=[0], ends=[16]),
+                                                    op("n", "neg", ["s"])], ["n"])
+    small = make_graph({"x": ([2**20], "int8")}, [op("s", "slice", ["x"], starts=[0], ends=[16]),
+                                                  op("n", "neg", ["s"])], ["n"])
+    wide, narrow = (render(partition(g, "ilp")).kernels[0] for g in (big, small))
+    assert "typedef int64_t idx_t;" in wide.source and wide.index_bits == 64
+    assert "typedef int32_t idx_t;" in narrow.source and narrow.index_bits == 32
+
+
+def test_ptxas_report_parsing():
+    log = """ptxas info    : Compiling entry function 'k_1' for 'sm_90'
+ptxas info    : Function properties for k_1
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 96 registers, used 1 barriers, 16480 bytes smem, 400 bytes cmem[0]
+ptxas info    : Compiling entry function 'k_2' for 'sm_90'
+ptxas info    : Function properties for k_2
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 20 registers, used 0 barriers, 380 bytes cmem[0]
+"""
+    found = parse_ptxas(log)
+    assert (found["k_1"].registers, found["k_1"].spills, found["k_1"].static_smem) == (96, 16, 16480)
+    assert (found["k_2"].registers, found["k_2"].spills, found["k_2"].static_smem) == (20, 0, 0)
+
+
+def test_emit_writes_kernels_and_a_manifest_and_never_clobbers_foreign_files(tmp_path):
+    graph = load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml")
+    rendered = render(partition(graph, "ilp"))
+    files = write(rendered, tmp_path / "k")
+    names = sorted(f.name for f in files)
+    assert names == ["g000_contraction.cu", "g001_contraction.cu", "manifest.json", "partition_runtime.cuh"]
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    kernel = manifest["kernels"][0]
+    assert {"kernel", "grid", "block", "args", "file"} <= set(kernel)
+    assert [a["role"] for a in kernel["args"]] == ["in", "in", "in", "out"]
+    write(rendered, tmp_path / "k")  # our own earlier output may be replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(EmitError, match="not empty"):
+        write(rendered, tmp_path / "mine")
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+@needs_nvcc
+def test_cli_emit_compile_report_ptxas_beside_estimates(tmp_path, capsys):
+    graph = str(ROOT / "graphs" / "layernorm_f16.yaml")
+    assert cli.main([graph, "--emit", "cuda", "--out", str(tmp_path / "k"), "--compile", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    row = data["kernels"][0]
+    assert row["registers"] > 0 and row["spill_bytes"] == 0 and row["status"] == "OK"
+    assert row["shared_memory"] == row["shared_memory_estimate"]  # the estimate is the kernel's layout
+    assert (tmp_path / "k" / "g000_reduction.cu").exists()
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+def test_cli_run_checks_outputs_on_numpy_and_the_emulator(capsys):
+    graph = str(ROOT / "graphs" / "layernorm_f16.yaml")
+    assert cli.main([graph, "--run", "--backend", "numpy"]) == 0
+    assert "within tolerance" in capsys.readouterr().out
+    small = ROOT / "tests" / "data" / "small_block.yaml"
+    assert cli.main([str(small), "--run", "--backend", "cuda", "--emulate", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["run"] and all(c["ok"] for c in data["run"])
+
+
+def test_cli_refuses_to_run_custom_ops(capsys):
+    graph = str(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
+    assert cli.main([graph, "--strategy", "greedy", "--run", "--backend", "numpy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "custom" in err and "'arange'" in err

@@ -1,0 +1,260 @@
+"""Every CUDA template, executed on the CPU emulator and checked against NumPy.
+
+The kernels are the very sources the GPU would run; only their launcher differs.
+Shapes are small and odd on purpose (1, 31, 33, 127, 1023, primes).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from backends.check import run_and_check
+from backends.cuda import CudaBackend
+from backends.cuda.emulate import run as run_emulated
+from backends.cuda.render import render
+from backends.numpy_backend import NumpyBackend
+from partitioner import load_graph, partition
+from partitioner.reference import random_inputs
+
+from .conftest import ROOT, make_graph, op
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+EMULATOR = CudaBackend(emulate=True)
+
+
+def check(graph, strategies=("none", "ilp"), inputs=None):
+    """Emulate each strategy's plan and assert every output matches the reference."""
+    for strategy in strategies:
+        checks = run_and_check(partition(graph, strategy), EMULATOR, inputs=inputs)
+        bad = [c for c in checks if not c.ok]
+        assert not bad, f"{strategy}: {bad}"
+
+
+def with_specials(shape, dtype="float32", seed=0):
+    """Normal values with NaN, +inf, -inf and zeros sprinkled in."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[::7] = np.nan
+    flat[3::11] = np.inf
+    flat[5::13] = -np.inf
+    flat[1::17] = 0.0
+    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_unary_ops_in_chains(dtype):
+    chain = ["exp", "tanh", "sigmoid", "silu", "erf", "gelu", "sin", "cos", "square", "neg", "abs", "relu",
+             "identity"]
+    ops, prev = [], "x"
+    for k in chain:
+        ops.append(op(f"u_{k}", k, [prev]))
+        prev = f"u_{k}"
+    ops += [op("a", "abs", ["x"]), op("a1", "add", ["a", 1.0]), op("sq", "sqrt", ["a1"]), op("lg", "log", ["sq"]),
+            op("rs", "rsqrt", ["lg"]), op("rc", "reciprocal", ["rs"]), op("ln", "logical_not", ["x"]),
+            op("gt", "gelu", ["x"], approximate="tanh"), op("lr", "leaky_relu", ["x"], alpha=0.2),
+            op("cl", "clamp", ["x"], min=-0.5, max=0.75)]
+    outputs = [o["name"] for o in ops]
+    g = make_graph({"x": ([31, 33], dtype)}, ops, outputs, dtype=dtype)
+    check(g)
+    check(g, ("ilp",), inputs={"x": with_specials((31, 33), dtype)})
+
+
+def test_binary_ops_broadcast_in_every_position_with_nan_and_inf():
+    shapes = {"y0": [5], "y1": [31, 1], "y2": [3, 1, 1], "y3": [1, 31, 5], "y4": [3, 31, 1], "y5": []}
+    ops = []
+    for k, name in enumerate(shapes):
+        kind = ["add", "sub", "mul", "div", "maximum", "minimum"][k]
+        ops.append(op(f"b{k}", kind, ["x", name]))
+    ops += [op("p", "pow", ["x", 2.0]), op("lt", "lt", ["x", "y3"]), op("ge", "ge", ["y1", "x"]),
+            op("eq", "eq", ["x", "y0"]), op("ne", "ne", ["x", 0.5]), op("le", "le", ["x", "y4"]),
+            op("gt", "gt", ["x", "y2"]), op("and", "logical_and", ["lt", "ge"]), op("or", "logical_or", ["eq", "ne"]),
+            op("w", "where", ["and", "x", "y1"]), op("w2", "where", ["or", 1.5, "y0"])]
+    inputs = {"x": [3, 31, 5], **shapes}
+    g = make_graph(inputs, ops, [o["name"] for o in ops])
+    check(g)
+    specials = {name: with_specials(s or (), seed=k) for k, (name, s) in enumerate({"x": [3, 31, 5], **shapes}.items())}
+    check(g, ("none",), inputs=specials)
+
+
+def test_integer_arithmetic_wraps_and_promotes_like_numpy():
+    g = make_graph({"i": ([37], "int8"), "j": ([37], "int32"), "k": ([37], "int64")}, [
+        op("s8", "add", ["i", 120]), op("m8", "mul", ["i", "i"]), op("d", "div", ["j", "k"]),
+        op("p", "pow", ["j", 3]), op("n", "neg", ["k"]), op("h", "add", ["j", 0.5]), op("mx", "maximum", ["i", "j"]),
+        op("c", "cast", ["h"], dtype="int32"), op("b", "cast", ["j"], dtype="bool"), op("bs", "add", ["b", 1])],
+        ["s8", "m8", "d", "p", "n", "h", "mx", "c", "b", "bs"])
+    rng = np.random.default_rng(3)
+    check(g, inputs={"i": rng.integers(-128, 128, 37).astype(np.int8), "j": rng.integers(-50, 50, 37).astype(np.int32),
+                     "k": rng.integers(1, 9, 37)})
+
+
+def test_casts_round_once_at_every_step():
+    g = make_graph({"x": ([33], "float64")}, [
+        op("h", "cast", ["x"], dtype="float16"), op("b", "cast", ["h"], dtype="bfloat16"),
+        op("f", "cast", ["x"], dtype="bfloat16"), op("i", "cast", ["b"], dtype="int32"),
+        op("back", "cast", ["i"], dtype="float64"), op("s", "mul", ["b", "f"])], ["h", "b", "f", "back", "s"])
+    x = np.concatenate([np.random.default_rng(1).standard_normal(30) * 100, [1 + 2**-8 + 2**-30, 65519.0, -70000.0]])
+    check(g, inputs={"x": x})
+
+
+@pytest.mark.parametrize("shape,axes", [((7, 1023), [-1]), ((5, 127), [1]), ((33, 31), [0]), ((4, 9, 6), [0, 2]),
+                                        ((1, 31), None), ((31, 1), [1])])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reductions_rows_columns_and_whole_tensors(shape, axes, keepdims):
+    kinds = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"]
+    attrs = {"keepdims": keepdims} if axes is None else {"axes": axes, "keepdims": keepdims}
+    ops = [op(k, k, ["x"], **attrs) for k in kinds]
+    if axes is None or len(axes) == 1:
+        arg_attrs = {"keepdims": keepdims} if axes is None else {"axes": axes, "keepdims": keepdims}
+        ops += [op("amax", "argmax", ["x"], **arg_attrs), op("amin", "argmin", ["x"], **arg_attrs)]
+    g = make_graph({"x": list(shape)}, ops, [o["name"] for o in ops])
+    check(g)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[::5] = np.nan  # NaN propagates through max/min and wins argmax/argmin
+    check(g, ("ilp",), inputs={"x": x})
+
+
+def test_half_reductions_accumulate_in_float32():
+    g = make_graph({"x": ([3, 1023], "float16"), "b": ([3, 200], "bfloat16")},
+                   [op("s", "reduce_sum", ["x"], axes=[-1]), op("m", "reduce_mean", ["b"], axes=[1], keepdims=True)],
+                   ["s", "m"])
+    check(g, inputs={"x": np.ones((3, 1023), np.float16), "b": np.full((3, 200), 0.1, ml_dtypes.bfloat16)})
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_softmax_log_softmax_rows_and_columns(axis):
+    g = make_graph({"x": ([33, 127], "float16")}, [op("s", "softmax", ["x"], axis=axis),
+                                                   op("l", "log_softmax", ["x"], axis=axis)], ["s", "l"],
+                   dtype="float16")
+    check(g)
+
+
+def test_layer_norm_on_float16_values_near_300_stays_finite():
+    g = make_graph({"x": ([6, 200], "float16"), "w": ([200], "float16"), "b": ([200], "float16")},
+                   [op("y", "layer_norm", ["x", "w", "b"], eps=1e-5)], ["y"], dtype="float16")
+    x = (300 + np.random.default_rng(4).standard_normal((6, 200)) * 20).astype(np.float16)
+    plan = partition(g, "ilp")
+    assert [c.kind for c in plan.cost.groups] == ["reduction"]
+    check(g, inputs={"x": x})
+    out = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), {**random_inputs(g), "x": x})["y"].astype(np.float64)
+    xf = x.astype(np.float64)
+    ref = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True) + 1e-5)
+    w = random_inputs(g)["w"].astype(np.float64)
+    b = random_inputs(g)["b"].astype(np.float64)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, ref * w + b, atol=2e-2, rtol=1e-2)
+
+
+def test_rms_norm_and_silu_gated_mlp_in_bfloat16():
+    g = make_graph({"x": ([9, 64], "bfloat16"), "w": ([64], "bfloat16"), "up": ([96, 64], "bfloat16"),
+                    "gate": ([96, 64], "bfloat16"), "down": ([64, 96], "bfloat16")},
+                   [op("n", "rms_norm", ["x", "w"], eps=1e-6), op("g", "linear", ["n", "gate"]),
+                    op("u", "linear", ["n", "up"]), op("s", "silu", ["g"]), op("h", "mul", ["s", "u"]),
+                    op("y", "linear", ["h", "down"]), op("r", "add", ["y", "x"])], ["r"], dtype="bfloat16")
+    check(g)
+
+
+def test_layout_ops_fused_as_index_arithmetic():
+    g = make_graph({"x": [4, 31, 6], "y": [6, 31], "v": [5]}, [
+        op("t", "transpose", ["x"], perm=[2, 1, 0]), op("e", "exp", ["t"]),
+        op("s", "slice", ["e"], starts=[-1, 2], ends=[-7, 29], axes=[0, 1], steps=[-2, 3]),
+        op("r", "reshape", ["x"], shape=[124, 6]), op("rt", "transpose", ["r"]),
+        op("c", "concat", ["y", "rt", "y"], axis=1), op("p", "pad", ["c"], pads=[1, 0, 2, 3], value=-2.0),
+        op("vb", "broadcast_to", ["v"], shape=[3, 5]), op("vn", "neg", ["vb"]),
+        op("n", "mul", ["p", 0.5])], ["s", "n", "vn"])
+    check(g)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_matmul_with_prologue_and_epilogue(dtype):
+    g = make_graph({"x": ([33, 37], dtype), "w": ([31, 37], dtype), "b": ([31], dtype), "res": ([33, 31], dtype)}, [
+        op("xs", "mul", ["x", 0.5]), op("wt", "transpose", ["w"]), op("mm", "matmul", ["xs", "wt"]),
+        op("a", "add", ["mm", "b"]), op("g", "gelu", ["a"]), op("y", "add", ["g", "res"])], ["y"], dtype=dtype)
+    plan = partition(g, "ilp")
+    assert [c.kind for c in plan.cost.groups] == ["contraction"]
+    check(g)
+
+
+def test_batched_broadcast_and_vector_matmuls():
+    g = make_graph({"a": ([2, 1, 17, 33], "float16"), "b": ([3, 33, 19], "float16"), "v": ([33], "float16"),
+                    "i": ([5, 7], "int32"), "j": ([7, 3], "int32")},
+                   [op("mm", "matmul", ["a", "b"]), op("vm", "matmul", ["v", "b"]), op("ii", "matmul", ["i", "j"])],
+                   ["mm", "vm", "ii"], dtype="float16")
+    check(g)
+
+
+@pytest.mark.parametrize("dtype,attrs", [
+    ("float16", {"strides": [2, 1], "pads": [1, 2, 0, 1], "dilations": [1, 2], "groups": 2}),
+    ("float32", {"pads": [1, 1, 1, 1]}),
+])
+def test_conv2d_with_bias_and_epilogue(dtype, attrs):
+    g = make_graph({"x": ([2, 4, 9, 11], dtype), "w": ([6, 4 // attrs.get("groups", 1), 3, 2], dtype),
+                    "bias": ([6], dtype), "scale": ([6, 1, 1], dtype)},
+                   [op("c", "conv2d", ["x", "w", "bias"], **attrs), op("s", "mul", ["c", "scale"]),
+                    op("r", "relu", ["s"])], ["r"], dtype=dtype)
+    check(g)
+
+
+def test_gather_single_op_kernel():
+    g = make_graph({"t": ([13, 6], "float16"), "i": ([4, 3], "int64")},
+                   [op("g", "gather", ["t", "i"], axis=0), op("e", "exp", ["g"])], ["e"], dtype="float16")
+    check(g, inputs={"i": np.array([[0, -1, 5], [12, -13, 3], [1, 1, 1], [7, 8, 9]])})
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fused_half_chains_are_bit_identical_to_unfused(dtype):
+    chain = [("mul", 0.7978845608028654), ("add", 0.044715), ("tanh", None), ("mul", "x"), ("exp", None),
+             ("sub", 1.0), ("sigmoid", None), ("div", "x")]
+    ops, prev = [], "x"
+    for k, (kind, arg) in enumerate(chain):
+        ops.append(op(f"o{k}", kind, [prev] if arg is None else [prev, arg]))
+        prev = f"o{k}"
+    g = make_graph({"x": ([3, 257], dtype)}, ops, [prev], dtype=dtype)
+    values = random_inputs(g, 5)
+    outs = []
+    for strategy in ("none", "ilp"):
+        plan = partition(g, strategy)
+        out = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), values)[prev]
+        outs.append(out.view(np.uint16))
+    assert partition(g, "ilp").cost.launches == 1 and partition(g, "none").cost.launches == len(chain)
+    assert np.array_equal(outs[0], outs[1])
+
+
+def _shrunk(path, sizes):
+    """The graph file with every listed dimension replaced (the ops are size-agnostic)."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    for entry in data["inputs"]:
+        entry["shape"] = [sizes.get(d, d) for d in entry["shape"]]
+    return load_graph(data)
+
+
+@pytest.mark.parametrize("name,sizes", [
+    ("layernorm_f16", {8192: 33, 4096: 130}),
+    ("softmax_f16", {16: 2, 12: 3, 512: 37}),
+    ("mlp_gelu_f16", {8192: 35, 1024: 40, 4096: 72}),
+    ("residual_block_f16", {32: 2, 64: 8, 56: 9}),
+])
+def test_handwritten_graphs_at_reduced_shapes_match_numpy_backend(name, sizes):
+    g = _shrunk(ROOT / "graphs" / f"{name}.yaml", sizes)
+    for strategy in ("greedy", "ilp"):
+        plan = partition(g, strategy)
+        values = random_inputs(g, 1)
+        emulated = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), values)
+        numpy_run = NumpyBackend().run(plan, values)
+        for out in g.outputs:
+            got, want = emulated[g.storage[out]], numpy_run[g.storage[out]]
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+        check(g, (strategy,))
+
+
+def test_kernels_run_only_what_crosses_group_boundaries():
+    g = make_graph({"x": [31]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"]), op("c", "abs", ["b"])], ["c"])
+    rendered = render(partition(g, "ilp"))
+    written = run_emulated(rendered, random_inputs(g))
+    assert set(written) == {"c"}  # a and b stay in registers
