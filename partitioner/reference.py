@@ -10,25 +10,32 @@ from .ops import TensorType, normalize_axis
 
 
 def _index_bounds(graph: Graph) -> dict[str, int]:
-    """Graph input -> exclusive upper bound for random values, where it indexes a gather."""
+    """Storage -> exclusive upper bound for random values, where it indexes a gather."""
     bounds: dict[str, int] = {}
     for op in graph.ops.values():
         if op.kind == "gather":
             data, indices = op.inputs
             base = graph.storage[indices]
-            if base in graph.inputs:
-                dim = graph.tensor(data).shape[normalize_axis(op.attrs["axis"], len(graph.tensor(data).shape))]
-                bounds[base] = min(bounds.get(base, dim), dim)
+            dim = graph.tensor(data).shape[normalize_axis(op.attrs["axis"], len(graph.tensor(data).shape))]
+            bounds[base] = min(bounds.get(base, dim), dim)
     return bounds
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random values for every graph input: standard normal floats, booleans,
-    and integers in ``[0, 16)`` (or within the indexed axis where they feed a gather)."""
+    """Seeded random values for every graph input (see :func:`random_values`)."""
+    return random_values(graph, list(graph.inputs), seed)
+
+
+def random_values(graph: Graph, names: list[str], seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random values for the tensors ``names`` (graph inputs, or custom ops'
+    results standing in for what a custom op would compute): standard normal floats,
+    booleans, and integers in ``[0, 16)``, or within the indexed axis where they feed
+    a gather."""
     rng = np.random.default_rng(seed)
     bounds = _index_bounds(graph)
     values = {}
-    for name, t in graph.inputs.items():
+    for name in names:
+        t = graph.tensor(name)
         if t.dtype in FLOATS:
             data = rng.standard_normal(t.shape, dtype=np.float32)
         elif t.dtype in INTEGERS:
