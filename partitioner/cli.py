@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import traceback
 
@@ -101,7 +102,8 @@ def _run(args: argparse.Namespace) -> int:
         if progress is not None:
             sys.stderr.write("\r\033[K")
     data = json_report(plan, plans)
-    text = [text_report(plan, plans, detailed=args.report)]
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 200
+    text = [text_report(plan, plans, detailed=args.report, width=width)]
     status = 0
     if args.emit or args.compile:
         rendered = render(plan)
@@ -113,14 +115,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.compile:
             rows = resource_rows(rendered, compile_kernels(rendered.kernels, args.arch))
             data["kernels"] = rows
-            text.append(resource_table(rows))
+            text.append(resource_table(rows, width))
     if args.run:
         options = {"emulate": True} if args.emulate else {}
         checks = run_and_check(plan, load_backend(args.backend, **options), args.seed)
         data["run"] = [vars(c) for c in checks]
         where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
         text.append(check_table(checks, f"Plan run on {where}, seed {args.seed}, against the NumPy reference "
-                                        "(tolerances in docs/backends.md)"))
+                                        "(tolerances in docs/backends.md)", width))
         status = 0 if all(c.ok for c in checks) else 1
     if args.format == "json":
         print(json.dumps(data, indent=2))
