@@ -25,6 +25,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from partitioner.dtypes import numpy_dtype
 from partitioner.graph import Graph
 from partitioner.plan import Plan
 from partitioner.reference import random_inputs, run_reference
@@ -69,8 +70,13 @@ def storage_values(graph: Graph, values: dict[str, np.ndarray]) -> dict[str, np.
 
 
 def output_value(graph: Graph, storages: dict[str, np.ndarray], tensor: str) -> np.ndarray:
-    """A graph output from the storages a backend returned (outputs may be views)."""
-    return storages[graph.storage[tensor]].reshape(graph.tensor(tensor).shape)
+    """A graph output from the storages a backend returned (outputs may be views; an
+    empty tensor needs no kernel, so a backend may not return it)."""
+    t = graph.tensor(tensor)
+    base = graph.storage[tensor]
+    if base not in storages and t.numel == 0:
+        return np.empty(t.shape, dtype=numpy_dtype(t.dtype))
+    return storages[base].reshape(t.shape)
 
 
 def run_and_check(plan: Plan, backend: Backend, seed: int = 0,

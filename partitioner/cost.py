@@ -159,7 +159,8 @@ def budgets(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Budge
 def row_length(group: Group) -> int:
     """Elements per reduced row of a reduction group (of its first reduction)."""
     op = next(op for op in group.compute if op.op_class == "reduction")
-    return max(1, group.graph.tensor(op.tensor_inputs[0]).numel // max(1, op.out.numel))
+    shape, axes = group.graph.reduction_signature(op.name)
+    return math.prod(shape[a] for a in axes)
 
 
 def buffered_rows(group: Group) -> dict[str, int]:

@@ -23,6 +23,7 @@ opaque      ``custom``: no semantics; never fuses
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -497,7 +498,8 @@ def _ref_reduce(fn: Callable[..., np.ndarray]):
         in_dtype = operand_types[0].dtype
         # max/min are exact in the input's own (compute) dtype; sums accumulate wider.
         acc = compute_dtype(in_dtype) if fn in (np.max, np.min) else accumulator_dtype(in_dtype)
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty row is NaN, as intended
             result = fn(x.astype(numpy_dtype(acc)), axis=axes, keepdims=attrs["keepdims"])
         return np.asarray(result).astype(numpy_dtype(out.dtype))
 

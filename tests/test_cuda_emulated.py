@@ -258,3 +258,10 @@ def test_kernels_run_only_what_crosses_group_boundaries():
     rendered = render(partition(g, "ilp"))
     written = run_emulated(rendered, random_inputs(g))
     assert set(written) == {"c"}  # a and b stay in registers
+
+
+def test_empty_tensors_need_no_kernel_and_empty_means_are_nan():
+    g = make_graph({"x": [0, 5], "w": [5, 3], "r": [4, 0]},
+                   [op("m", "matmul", ["x", "w"]), op("e", "exp", ["m"]), op("s", "reduce_sum", ["r"], axes=[1]),
+                    op("mean", "reduce_mean", ["r"], axes=[1])], ["e", "s", "mean"])
+    check(g)

@@ -106,6 +106,8 @@ def skip_reason(group: Group) -> str | None:
         return f"custom op '{custom[0]}' has no semantics: no kernel"
     if not group.writes:
         return "dead code: writes nothing"
+    if all(group.graph.tensor(w).numel == 0 for w in group.writes):
+        return "empty tensors: nothing to compute"
     return None
 
 
