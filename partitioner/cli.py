@@ -18,10 +18,11 @@ import traceback
 
 from . import __version__
 from .cost import DEFAULT_MAX_OPS
+from .draw import DrawError, check_can_draw, draw
 from .errors import GraphError, HardwareError
 from .hardware import PROFILES, load_hardware
 from .loader import load_graph
-from .report import json_report, text_report
+from .report import HEURISTICS, json_report, text_report
 from .strategies import STRATEGIES, compare, partition
 from backends.base import BackendError, load_backend
 from backends.check import check_table, run_and_check
@@ -48,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("graph", help="graph file (.yaml, .yml or .json, format v1)")
     p.add_argument("--report", action="store_true",
                    help="per-group details and a comparison of the none, greedy and ilp strategies")
+    p.add_argument("--compare", action="store_true",
+                   help="compare every strategy (none, greedy, xla, tvm, inductor, ilp) instead of none, greedy, ilp")
+    p.add_argument("--draw", metavar="FILE",
+                   help="draw the plan to FILE (.svg, .png: needs Graphviz's dot; .dot: plain text)")
     p.add_argument("--strategy", choices=sorted(STRATEGIES), default="ilp", help="partitioning strategy (default ilp)")
     p.add_argument("--hardware", default="h100",
                    help=f"profile name ({', '.join(PROFILES)}) or a profile .yaml file (default h100)")
@@ -88,12 +93,17 @@ def _progress_printer():
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.draw:
+        check_can_draw(args.draw)  # before planning: a missing dot should not cost a solve
     graph = load_graph(args.graph)
     hw = load_hardware(args.hardware)
     progress = _progress_printer()
     try:
-        if args.report:
-            plans = compare(graph, hw, ("none", "greedy", "ilp"), args.time_limit, args.max_ops, progress)
+        if args.report or args.compare:
+            names = ("none", *HEURISTICS, "ilp") if args.compare else ("none", "greedy", "ilp")
+            if args.strategy not in names:
+                names = (*names, args.strategy)
+            plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress)
             plan = next(p for p in plans if p.strategy == args.strategy)
         else:
             plans = None
@@ -105,6 +115,10 @@ def _run(args: argparse.Namespace) -> int:
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 200
     text = [text_report(plan, plans, detailed=args.report, width=width)]
     status = 0
+    if args.draw:
+        data["drawn"] = str(draw(plan, args.draw))
+        text.append(f"drawn     {args.draw}: {sum(g.kind != 'view' for g in plan.cost.groups)} kernel(s) "
+                    "as clusters\n")
     if args.emit or args.compile:
         rendered = render(plan)
         if args.emit:
@@ -145,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate runs the cuda backend: add --backend cuda")
     try:
         return _run(args)
-    except (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError) as exc:
+    except (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError, DrawError) as exc:
         print(f"partition: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

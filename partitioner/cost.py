@@ -101,15 +101,17 @@ def op_flops(group: Group) -> dict[str, int]:
     return out
 
 
-def _compute_seconds(group: Group, hw: Hardware) -> float:
-    seconds = 0.0
+def op_compute_seconds(group: Group, hw: Hardware) -> dict[str, float]:
+    """Seconds each compute op of the group needs at peak FLOP rate, computing its
+    result once (the registry's FLOP counts over ``hw.peak_flops``)."""
+    out = {}
     for name, flops in op_flops(group).items():
         op = group.graph.ops[name]
         contraction = op.op_class == "contraction"
         # Contractions run on tensor cores at their operand dtype; other math runs in float32.
         dtype = op.promoted if contraction else compute_dtype(op.promoted)
-        seconds += flops / hw.peak_flops(dtype, contraction)
-    return seconds
+        out[name] = flops / hw.peak_flops(dtype, contraction)
+    return out
 
 
 def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> GroupCost:
@@ -126,7 +128,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
         launches=group.launches,
         flops=flops,
         modeled_time_us=(launch_s + memory_s) * 1e6,
-        roofline_time_us=(launch_s + max(memory_s, _compute_seconds(group, hw))) * 1e6,
+        roofline_time_us=(launch_s + max(memory_s, sum(op_compute_seconds(group, hw).values()))) * 1e6,
         budgets=budgets(group, hw, max_ops),
     )
 

@@ -82,23 +82,61 @@ def _totals_line(plan: Plan) -> str:
     )
 
 
+#: The heuristics ``--compare`` and ``benchmarks/compare.py`` set against the ILP:
+#: this project's greedy and the production compilers' (docs/baselines.md).
+HEURISTICS = ("greedy", "xla", "tvm", "inductor")
+COMPILERS = ("xla", "tvm", "inductor")
+
+
+def ilp_advantage(plans: list[Plan], among: tuple[str, ...] = HEURISTICS) -> dict | None:
+    """How much faster (modelled) the ``ilp`` plan is than the best plan of the
+    strategies ``among`` in ``plans``: ``{"best": name, "best_us": ..., "ilp_us": ...,
+    "saving": fraction}``, where ``saving = 1 - ilp / best``; ``None`` without an ilp
+    plan or one of ``among``."""
+    by_name = {p.strategy: p for p in plans}
+    rivals = [by_name[n] for n in among if n in by_name]
+    if "ilp" not in by_name or not rivals:
+        return None
+    best = min(rivals, key=lambda p: p.cost.modeled_time_us)  # the first of ``among`` on a tie
+    ilp_us, best_us = by_name["ilp"].cost.modeled_time_us, best.cost.modeled_time_us
+    return {"best": best.strategy, "best_us": best_us, "ilp_us": ilp_us,
+            "saving": 1 - ilp_us / best_us if best_us else 0.0}
+
+
 def comparison_table(plans: list[Plan]) -> Table:
-    """Side-by-side totals of several strategies' plans for one graph."""
+    """Side-by-side totals of several strategies' plans for one graph; with an ilp
+    plan, each plan's time relative to it."""
     base = next((p for p in plans if p.strategy == "none"), plans[0])
+    ilp = next((p for p in plans if p.strategy == "ilp"), None)
     table = Table(
         title=f"Strategies compared (bytes and times {_MODELLED}; plan time {_MEASURED})", title_justify="left"
     )
-    for column in ("strategy", "launches", "read MB", "written MB", "time us", "vs none", "plan time s",
-                   "status", "gap"):
+    columns = ["strategy", "launches", "read MB", "written MB", "time us", "vs none"]
+    columns += ["vs ilp"] if ilp is not None else []
+    columns += ["plan time s", "status", "gap"]
+    for column in columns:
         table.add_column(column, justify="left" if column in ("strategy", "status") else "right")
     for p in plans:
         c = p.cost
-        table.add_row(
-            p.strategy, str(c.launches), _mb(c.bytes_read), _mb(c.bytes_written), f"{c.modeled_time_us:,.1f}",
-            f"{base.cost.modeled_time_us / c.modeled_time_us:.2f}x" if c.modeled_time_us else "-",
-            f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p),
-        )
+        row = [p.strategy, str(c.launches), _mb(c.bytes_read), _mb(c.bytes_written), f"{c.modeled_time_us:,.1f}",
+               f"{base.cost.modeled_time_us / c.modeled_time_us:.2f}x" if c.modeled_time_us else "-"]
+        if ilp is not None:
+            row.append(f"{c.modeled_time_us / ilp.cost.modeled_time_us:.3f}x" if ilp.cost.modeled_time_us else "-")
+        row += [f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p)]
+        table.add_row(*row)
     return table
+
+
+def advantage_lines(plans: list[Plan]) -> list[str]:
+    """The ILP's modelled saving over the best heuristic, and over the best production
+    compiler baseline when the comparison has one."""
+    lines = []
+    for among, what in ((HEURISTICS, "best heuristic"), (COMPILERS, "best compiler baseline")):
+        adv = ilp_advantage(plans, among)
+        if adv is not None:
+            lines.append(f"ilp vs {what} ({adv['best']}): {adv['ilp_us']:,.1f} us vs {adv['best_us']:,.1f} us, "
+                         f"{adv['saving']:.2%} less modelled time")
+    return lines
 
 
 def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool = True,
@@ -121,16 +159,24 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
     console.print(_totals_line(plan), markup=False)
     if comparison:
         console.print(comparison_table(comparison))
+        for line in advantage_lines(comparison):
+            console.print(line, markup=False)
     return out.getvalue()
 
 
 def json_report(plan: Plan, comparison: list[Plan] | None = None) -> dict:
     """The plan as one JSON-ready object (see ``Plan.to_dict``), plus ``dead_ops`` and,
-    when given, ``comparison`` (each strategy's totals and solver status)."""
+    when given, ``comparison`` (each strategy's totals and solver status) and
+    ``ilp_advantage`` / ``ilp_advantage_compilers`` (:func:`ilp_advantage` over every
+    heuristic / over xla, tvm and inductor, when the comparison holds them and ilp)."""
     data = plan.to_dict()
     data["dead_ops"] = list(plan.graph.dead_ops)
     if comparison:
         data["comparison"] = [
             {"strategy": p.strategy, **p.to_dict()["totals"], "solver": p.to_dict()["solver"]} for p in comparison
         ]
+        for key, among in (("ilp_advantage", HEURISTICS), ("ilp_advantage_compilers", COMPILERS)):
+            adv = ilp_advantage(comparison, among)
+            if adv is not None:
+                data[key] = adv
     return data

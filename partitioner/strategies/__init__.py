@@ -12,9 +12,12 @@ from ..plan import Plan, SolverInfo, evaluate
 from .base import Options, Progress, Strategy
 from .greedy import Greedy
 from .ilp import Ilp
+from .inductor import Inductor
 from .none import NoFusion
+from .tvm import Tvm
+from .xla import Xla
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NoFusion(), Greedy(), Ilp())}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NoFusion(), Greedy(), Xla(), Tvm(), Inductor(), Ilp())}
 
 
 def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h100",

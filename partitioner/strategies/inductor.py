@@ -1,0 +1,174 @@
+"""The ``inductor`` strategy: TorchInductor's scheduler fusion, re-implemented on our IR.
+
+Follows ``torch/_inductor/scheduler.py`` of PyTorch v2.5 (``Scheduler.fuse_nodes``,
+``fuse_nodes_once``, ``get_possible_fusions``, ``can_fuse``,
+``can_fuse_vertical``, ``can_fusion_increase_peak_memory``, ``score_fusion``,
+``score_fusion_memory``, ``will_fusion_create_cycle``) and the defaults of
+``torch/_inductor/config.py`` (``max_fusion_size = 64``,
+``score_fusion_memory_threshold = 1``, ``aggressive_fusion = False``,
+``epilogue_fusion = True``, ``epilogue_fusion_first = False``).
+``docs/baselines.md`` describes the procedure and lists every simplification.
+
+Nodes. One scheduler node per compute op at the start; a fused node is a group.
+A node *reads* the storages ``group.Group.reads`` names and *writes* every
+storage its ops produce (Inductor's ``read_writes``: a fused node keeps the
+buffers its members write, used outside or not). A node holding a contraction is
+a *template* (Inductor's Triton matmul/conv templates, which take epilogues but
+not prologues); one holding a reduction is a reduction node.
+
+One round (``fuse_nodes_once``): group the nodes by every buffer they use; within
+each group, every pair (earlier node first) that ``can_fuse`` accepts is a
+candidate (a template later in the pair is tried as the first node too). The
+candidates are sorted by score, highest first: (the first node is not a
+template and they share bytes; both or neither are reductions and they share
+bytes; bytes shared, ``score_fusion_memory``; proximity, minus the distance in
+the original order); remaining ties by the first nodes' topological position.
+Each candidate, mapped to the nodes that now hold its two nodes, is fused when
+``can_fuse`` still accepts it and the fusion closes no cycle. Rounds repeat
+until a round fuses nothing or ten rounds have run (``fuse_nodes``).
+
+``can_fuse(a, b)``: not the same node; ``a`` does not depend on ``b``; ``b`` is
+not a template, and a template ``a`` takes no reduction; they share at least one
+byte; together at most 64 nodes; vertical fusion (``b`` depends on ``a``) needs
+no node between them (convexity); horizontal fusion (independent nodes) needs
+them within 64 positions of each other in the original order (the peak-memory
+guard); and Inductor's backend check (``can_fuse_vertical`` /
+``can_fuse_horizontal``: compatible iteration spaces) is our
+``legality.is_legal``.
+"""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..hardware import Hardware
+from .base import Options, Strategy, assemble
+from .merging import Merging
+
+#: ``config.max_fusion_size``: scheduler nodes one fused node may hold.
+MAX_FUSION_SIZE = 64
+#: ``fuse_nodes`` runs at most this many rounds.
+MAX_ROUNDS = 10
+#: ``can_fusion_increase_peak_memory``: horizontal fusions farther apart are refused.
+MAX_HORIZONTAL_DISTANCE = 64
+#: ``config.score_fusion_memory_threshold``: bytes two nodes must share to fuse.
+SCORE_FUSION_MEMORY_THRESHOLD = 1
+
+
+class _Scheduler:
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int):
+        self.graph = graph
+        self.state = Merging(graph, hw, max_ops)
+
+    # ------------------------------------------------------------ node facts
+
+    def writes(self, gid: int) -> list[str]:
+        return self.graph.names(self.state.members[gid])
+
+    def used_buffers(self, gid: int) -> list[str]:
+        """Storages the node reads or writes, reads first (Inductor's used_buffer_names)."""
+        return [*self.state.group(gid).reads, *self.writes(gid)]
+
+    def is_template(self, gid: int) -> bool:
+        return "contraction" in self.state.group(gid).classes
+
+    def is_reduction(self, gid: int) -> bool:
+        return "reduction" in self.state.group(gid).classes
+
+    def span(self, gid: int) -> tuple[int, int]:
+        """(min_order, max_order): first and last op position in the original order."""
+        mask = self.state.members[gid]
+        return (mask & -mask).bit_length() - 1, mask.bit_length() - 1
+
+    def ancestors(self, gid: int) -> int:
+        out = 0
+        for name in self.writes(gid):
+            out |= self.graph.ancestors_mask[self.graph.index[name]]
+        return out
+
+    def shared_bytes(self, a: int, b: int) -> int:
+        """``score_fusion_memory``: bytes of the buffers both nodes read or write."""
+        common = set(self.used_buffers(a)) & set(self.used_buffers(b))
+        return sum(self.graph.tensor(s).nbytes for s in common)
+
+    def proximity(self, a: int, b: int) -> int:
+        (a0, a1), (b0, b1) = self.span(a), self.span(b)
+        return max(abs(a0 - b1), abs(b0 - a1))
+
+    # ------------------------------------------------------------ decisions
+
+    def can_fuse(self, a: int, b: int) -> bool:
+        """Inductor's ``can_fuse(a, b)`` (module docstring), legality standing in for
+        the backend's iteration-space check."""
+        if a == b:
+            return False
+        members = self.state.members
+        if members[b] & self.ancestors(a):
+            return False  # a must run before b
+        if self.is_template(b) or (self.is_template(a) and self.is_reduction(b)):
+            return False  # templates take epilogues only
+        if self.shared_bytes(a, b) < SCORE_FUSION_MEMORY_THRESHOLD:
+            return False
+        if (members[a] | members[b]).bit_count() > MAX_FUSION_SIZE:
+            return False
+        vertical = bool(members[a] & self.ancestors(b))
+        if not vertical and self.proximity(a, b) > MAX_HORIZONTAL_DISTANCE:
+            return False
+        # convexity ("intermediate nodes between node1 & node2") and the backend check
+        return self.state.legal_group(members[a] | members[b]) is not None
+
+    def score(self, a: int, b: int) -> tuple:
+        shared = self.shared_bytes(a, b)
+        return (not self.is_template(a) and shared > 0,
+                self.is_reduction(a) == self.is_reduction(b) and shared > 0,
+                shared, -self.proximity(a, b))
+
+    def possible_fusions(self) -> list[tuple[int, int]]:
+        """``get_possible_fusions``: candidate pairs sorted by score, highest first."""
+        by_buffer: dict[str, list[int]] = {}
+        for gid in self.state.groups():  # sorted by min_order, as Inductor's node list
+            for buf in dict.fromkeys(self.used_buffers(gid)):
+                by_buffer.setdefault(buf, []).append(gid)
+        seen: set[tuple[int, int]] = set()
+        pairs: list[tuple[int, int]] = []
+        for nodes in by_buffer.values():
+            for i, a in enumerate(nodes):
+                for b in nodes[i + 1:]:
+                    if (a, b) in seen:
+                        continue
+                    seen.add((a, b))
+                    if self.can_fuse(a, b):
+                        pairs.append((a, b))
+                    elif self.is_template(b) and self.can_fuse(b, a):
+                        pairs.append((b, a))
+        keyed = [(self.score(a, b), -a, -b, a, b) for a, b in pairs]
+        keyed.sort(reverse=True)
+        return [(a, b) for *_, a, b in keyed]
+
+    def fuse_once(self) -> None:
+        """``fuse_nodes_once``: one pass over the sorted candidates."""
+        for first, second in self.possible_fusions():
+            a, b = self.state.owner[first], self.state.owner[second]
+            if self.can_fuse(a, b) and not self.state.creates_cycle([a, b]):
+                self.state.merge([a, b])
+
+    def run(self) -> list[int]:
+        for _ in range(MAX_ROUNDS):
+            before = len(self.state.members)
+            self.fuse_once()
+            if len(self.state.members) in (before, 1):
+                break
+        return [self.state.members[k] for k in self.state.groups()]
+
+
+def inductor_groups(graph: Graph, hw: Hardware, max_ops: int) -> list[int]:
+    """The Inductor-style plan as compute-op bitsets (one per group, views left out)."""
+    return _Scheduler(graph, hw, max_ops).run()
+
+
+class Inductor(Strategy):
+    """TorchInductor scheduler fusion (see module docstring)."""
+
+    name = "inductor"
+
+    def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
+        return assemble(graph, inductor_groups(graph, hw, options.max_ops)), {"status": "HEURISTIC"}

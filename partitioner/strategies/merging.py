@@ -1,0 +1,128 @@
+"""Bookkeeping shared by the heuristic baselines (``xla``, ``tvm``, ``inductor``).
+
+Each baseline starts from one group per compute op and merges groups by its own
+rules. :class:`Merging` keeps the current groups (compute-op bitsets), the graph
+between groups, and answers the two questions every merge must pass whatever
+the heuristic: is the merged group legal (``legality.is_legal`` on
+``base.group_of``, which also rejects a non-convex set), and would the merge
+close a cycle between groups. It holds no fusion rule and no cost of its own.
+
+Group ids are the topological index of a group's first compute op at creation;
+a merged group keeps the smallest id of its parts, so ids are stable and
+deterministic.
+"""
+
+from __future__ import annotations
+
+from ..graph import Graph
+from ..group import Group
+from ..hardware import Hardware
+from ..legality import is_legal
+from .base import group_of
+
+
+class Merging:
+    """Groups of compute ops being merged (see module docstring).
+
+    Attributes:
+        members: group id -> bitset of its compute ops.
+        owner: compute op index -> id of the group holding it.
+    """
+
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int):
+        self.graph, self.hw, self.max_ops = graph, hw, max_ops
+        computes = [graph.index[name] for name, op in graph.ops.items() if not op.is_view]
+        self.members: dict[int, int] = {i: 1 << i for i in computes}
+        self.owner: dict[int, int] = {i: i for i in computes}
+        self._succ: dict[int, set[int]] = {i: set() for i in computes}
+        self._pred: dict[int, set[int]] = {i: set() for i in computes}
+        for i in computes:
+            for j in self.readers(i):
+                self._succ[i].add(j)
+                self._pred[j].add(i)
+        self._legal: dict[int, Group | None] = {}
+        self._groups: dict[int, Group] = {}
+
+    def readers(self, i: int) -> list[int]:
+        """Compute ops reading op ``i``'s result (directly or through views), in order."""
+        g = self.graph
+        return [g.index[n] for n in g.names(g.storage_readers.get(g.order[i], 0))]
+
+    # ------------------------------------------------------------ queries
+
+    def groups(self) -> list[int]:
+        """Ids of the current groups, in increasing order."""
+        return sorted(self.members)
+
+    def consumers(self, gid: int) -> list[int]:
+        """Groups reading a value produced in ``gid``, by id."""
+        return sorted(self._succ[gid])
+
+    def producers(self, gid: int) -> list[int]:
+        """Groups producing a value read in ``gid``, by id."""
+        return sorted(self._pred[gid])
+
+    def group(self, gid: int) -> Group:
+        """The :class:`Group` of a current group (its convex hull, views included; cached)."""
+        mask = self.members[gid]
+        if mask not in self._groups:
+            self._groups[mask] = Group(self.graph, self.graph.convex_hull(mask))
+        return self._groups[mask]
+
+    def legal_group(self, mask: int) -> Group | None:
+        """The group of compute ops ``mask`` if it is convex and ``legality`` accepts
+        it, else ``None`` (cached per mask)."""
+        if mask not in self._legal:
+            group = group_of(self.graph, mask)
+            ok = group is not None and is_legal(group, self.hw, self.max_ops)
+            self._legal[mask] = group if ok else None
+        return self._legal[mask]
+
+    def creates_cycle(self, ids: list[int]) -> bool:
+        """Whether merging the groups ``ids`` would make the groups depend on each
+        other in a cycle: a path leaves the merged set and comes back to it."""
+        inside = set(ids)
+        frontier = [t for s in ids for t in self._succ[s] if t not in inside]
+        seen = set(frontier)
+        while frontier:
+            node = frontier.pop()
+            for t in self._succ[node]:
+                if t in inside:
+                    return True
+                if t not in seen:
+                    seen.add(t)
+                    frontier.append(t)
+        return False
+
+    def mergeable(self, ids: list[int]) -> Group | None:
+        """The merged group of ``ids`` when it is legal and closes no cycle, else ``None``."""
+        mask = 0
+        for gid in ids:
+            mask |= self.members[gid]
+        merged = self.legal_group(mask)
+        if merged is None or self.creates_cycle(ids):
+            return None
+        return merged
+
+    # ------------------------------------------------------------ update
+
+    def merge(self, ids: list[int]) -> int:
+        """Merge the groups ``ids`` (no checks: call :meth:`mergeable` first); returns
+        the merged group's id, the smallest of ``ids``."""
+        keep = min(ids)
+        gone = [gid for gid in ids if gid != keep]
+        for gid in gone:
+            self.members[keep] |= self.members.pop(gid)
+            for nxt in self._succ.pop(gid):
+                self._pred[nxt].discard(gid)
+                self._succ[keep].add(nxt)
+                self._pred[nxt].add(keep)
+            for prev in self._pred.pop(gid):
+                self._succ[prev].discard(gid)
+                self._pred[keep].add(prev)
+                self._succ[prev].add(keep)
+        self._succ[keep].discard(keep)
+        self._pred[keep].discard(keep)
+        for i in self.graph.names(self.members[keep]):
+            self.owner[self.graph.index[i]] = keep
+        return keep

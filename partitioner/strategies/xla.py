@@ -1,0 +1,177 @@
+"""The ``xla`` strategy: XLA GPU priority fusion, re-implemented on our IR.
+
+Follows ``xla/service/gpu/transforms/priority_fusion.cc`` (``PriorityFusionQueue``,
+``CanFuse``, ``PriorityFusion::Run``) of openxla/xla at commit 1aea158147bc, and
+its time model ``xla/service/gpu/model/gpu_performance_model.cc``
+(``EstimateRunTimesForPriorityFusion``) and ``gpu_performance_model_base.cc``
+(``CombineComputeAndMemoryAccessTime``, ``kMemoryComputeParallelism = 0.95``).
+``docs/baselines.md`` describes the procedure and lists every simplification.
+
+Procedure. Every group that has consumers is a *producer* in a priority queue.
+Its priority is ``time_unfused - time_fused``: the time of the producer and its
+consumer groups apart, minus the time of the one group made by fusing the
+producer into all of them. The producer with the highest priority is fused
+(ties: the larger stable id, as XLA's ordered map pops its last key); a
+producer whose priority is negative, or whose fusion ``CanFuse`` declines, is
+not in the queue. After a fusion, the priorities of the fused group and of
+every producer feeding it are recomputed, as XLA does for the fusion and its
+operands. It ends when the queue is empty.
+
+No duplication. XLA copies a producer into each consumer; our plans are
+partitions, so a producer fuses only when all its consumers end up in one group
+with it: the fusion merges the producer and all its consumer groups.
+
+Time model (XLA's notion of "time when fused", built from the shared modules).
+For a group ``G``: memory time = ``(G.bytes_read + G.bytes_written) /
+bandwidth`` (``group.Group``, the same bytes as ``cost.group_cost``); compute
+time = ``Σ_op cost.op_compute_seconds × utilization(op)``, where utilization
+counts how often a fused kernel evaluates each element, XLA's operand
+utilization: 1 for a value that leaves the group, and ``numel(reader) /
+numel(value)`` through an elementwise or broadcast reader that is larger (a
+broadcast recomputes its operand per output element); reductions, contractions
+and layout ops read each element once. ``time = launches × launch_overhead +
+compute + memory - 0.95 × min(compute, memory)``. Since a merge never adds
+bytes, a priority turns negative only through recomputation.
+
+``CanFuse`` guards kept (they decide which fusions XLA makes, not what a kernel
+can do): the merged group must be legal (``legality.is_legal``: every fusion
+rule and budget) and close no cycle; at most one of the merged groups may hold a
+reduction of 16 or more elements per row ("both the producer and the consumer
+contain a reduce"); no op after a reduction in the merged group may have another
+element count than the reduction's result ("fusion into output of a reduce
+fusion would create a loop fusion"; XLA checks it when the producer is the
+reduction, but with all consumers merged at once the reduction can also come
+from a consumer).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from ..cost import op_compute_seconds, row_length
+from ..graph import Graph
+from ..group import Group
+from ..hardware import Hardware
+from .base import Options, Strategy, assemble
+from .merging import Merging
+
+#: Share of the shorter of compute and memory time hidden under the longer
+#: (``kMemoryComputeParallelism`` in gpu_performance_model_base.h).
+MEMORY_COMPUTE_PARALLELISM = 0.95
+#: A reduce over at least this many elements per row is "significant" in CanFuse.
+SIGNIFICANT_REDUCTION = 16
+#: Reader op classes through which a smaller value is recomputed per output element.
+_BROADCASTING = frozenset({"elementwise", "broadcast"})
+
+
+def utilization(group: Group) -> dict[str, float]:
+    """How many times a fused kernel evaluates each element of each compute op of
+    ``group`` (XLA's operand utilization, see module docstring)."""
+    g = group.graph
+    written = set(group.writes)
+    util: dict[str, float] = {}
+    for op in reversed(group.compute):
+        readers = [g.ops[n] for n in g.names(g.storage_readers.get(op.name, 0) & group.mask)]
+        value = 1.0 if op.name in written or not readers else 0.0
+        if op.op_class != "reduction":  # a reduction's row result is computed once per row
+            for r in readers:
+                grow = r.out.numel / op.out.numel if r.op_class in _BROADCASTING else 1.0
+                value = max(value, util[r.name] * max(1.0, grow))
+        util[op.name] = max(value, 1.0)
+    return util
+
+
+def xla_time(group: Group, hw: Hardware) -> float:
+    """XLA's modelled run time of ``group`` as one kernel, in seconds (module docstring)."""
+    memory = (group.bytes_read + group.bytes_written) / hw.bandwidth
+    seconds = op_compute_seconds(group, hw)
+    util = utilization(group)
+    compute = sum(seconds[name] * util[name] for name in seconds)
+    overlap = MEMORY_COMPUTE_PARALLELISM * min(compute, memory)
+    return group.launches * hw.launch_overhead + compute + memory - overlap
+
+
+def _significant_reduction(group: Group) -> bool:
+    return "reduction" in group.classes and row_length(group) >= SIGNIFICANT_REDUCTION
+
+
+def _stays_reduction_kernel(merged: Group) -> bool:
+    """Whether every op after a reduction in ``merged`` keeps that reduction's element
+    count: XLA's reduction emitter only takes such epilogues; anything else would
+    turn the fusion into a loop fusion that recomputes the reduction."""
+    g = merged.graph
+    for op in merged.compute:
+        if op.op_class != "reduction":
+            continue
+        after = g.descendants_mask[g.index[op.name]] & merged.compute_mask
+        if any(g.ops[n].out.numel != op.out.numel for n in g.names(after)):
+            return False
+    return True
+
+
+class _PriorityFusion:
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int):
+        self.state = Merging(graph, hw, max_ops)
+        self.hw = hw
+        self.version: dict[int, int] = {}
+        self.heap: list = []
+        self._times: dict[int, float] = {}
+
+    def time(self, gid: int) -> float:
+        mask = self.state.members[gid]
+        if mask not in self._times:
+            self._times[mask] = xla_time(self.state.group(gid), self.hw)
+        return self._times[mask]
+
+    def priority(self, producer: int) -> float | None:
+        """``time_unfused - time_fused`` of fusing ``producer`` into all its consumers,
+        or ``None`` when CanFuse declines (no consumers, an illegal or cyclic merge,
+        or one of XLA's reduction guards)."""
+        consumers = self.state.consumers(producer)
+        if not consumers:
+            return None
+        parts = [producer, *consumers]
+        if sum(_significant_reduction(self.state.group(p)) for p in parts) > 1:
+            return None
+        merged = self.state.mergeable(parts)
+        if merged is None:
+            return None
+        if not _stays_reduction_kernel(merged):
+            return None
+        unfused = sum(self.time(p) for p in parts)
+        fused = xla_time(merged, self.hw)
+        return unfused - fused
+
+    def update(self, gid: int) -> None:
+        """Recompute ``gid``'s priority; negative or declined producers leave the queue."""
+        self.version[gid] = self.version.get(gid, 0) + 1
+        prio = self.priority(gid)
+        if prio is not None and prio >= 0:
+            anchor = self.state.members[gid].bit_length() - 1  # its last op: the stable id
+            heapq.heappush(self.heap, (-prio, -anchor, gid, self.version[gid]))
+
+    def run(self) -> list[int]:
+        for gid in self.state.groups():
+            self.update(gid)
+        while self.heap:
+            _, _, gid, version = heapq.heappop(self.heap)
+            if self.version.get(gid) != version or gid not in self.state.members:
+                continue  # a stale entry: the group changed or was merged away
+            merged = self.state.merge([gid, *self.state.consumers(gid)])
+            for other in [merged, *self.state.producers(merged)]:
+                self.update(other)
+        return [self.state.members[k] for k in self.state.groups()]
+
+
+def xla_groups(graph: Graph, hw: Hardware, max_ops: int) -> list[int]:
+    """The XLA-style plan as compute-op bitsets (one per group, views left out)."""
+    return _PriorityFusion(graph, hw, max_ops).run()
+
+
+class Xla(Strategy):
+    """XLA GPU priority fusion (see module docstring)."""
+
+    name = "xla"
+
+    def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
+        return assemble(graph, xla_groups(graph, hw, options.max_ops)), {"status": "HEURISTIC"}

@@ -1,0 +1,103 @@
+"""``partition --draw``: the picture's clusters are the plan's kernels (read back
+from the SVG's geometry), edges crossing kernels carry bytes, and the failure modes
+are one clear line."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from partitioner import cli, load_graph, partition
+from partitioner.draw import draw
+
+from .conftest import ROOT
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
+                               reason="Graphviz's dot is not installed (Debian package graphviz)")
+SVG = "{http://www.w3.org/2000/svg}"
+BLOCK = ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml"
+
+
+def _points(element) -> list[tuple[float, float]]:
+    """Every coordinate of an SVG shape (polygon points, ellipse centre and radii, path)."""
+    if element.tag == SVG + "ellipse":
+        cx, cy, rx, ry = (float(element.get(k)) for k in ("cx", "cy", "rx", "ry"))
+        return [(cx - rx, cy - ry), (cx + rx, cy + ry)]
+    text = element.get("points") or element.get("d") or ""
+    numbers = [float(n) for n in re.findall(r"-?\d+(?:\.\d+)?", text)]
+    return list(zip(numbers[::2], numbers[1::2]))
+
+
+def _box(group) -> tuple[float, float, float, float]:
+    pts = [p for shape in group if shape.tag in (SVG + "polygon", SVG + "path", SVG + "ellipse")
+           for p in _points(shape)]
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def clusters_from_svg(path) -> list[set[str]]:
+    """The op ids (``op<index>``) lying inside each cluster of the SVG, by geometry."""
+    root = ET.parse(path).getroot()
+    groups = list(root.iter(SVG + "g"))
+    clusters = [_box(g) for g in groups if g.get("class") == "cluster"]
+    inside: list[set[str]] = [set() for _ in clusters]
+    for g in groups:
+        title = g.find(SVG + "title")
+        if g.get("class") != "node" or title is None or not title.text.startswith("op"):
+            continue
+        x0, y0, x1, y1 = _box(g)
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        hits = [k for k, (a, b, c, d) in enumerate(clusters) if a <= cx <= c and b <= cy <= d]
+        assert len(hits) <= 1, f"{title.text} lies in {len(hits)} clusters"
+        for k in hits:
+            inside[k].add(title.text)
+    return inside
+
+
+@needs_dot
+def test_draw_svg_clusters_are_the_plans_kernels(tmp_path):
+    graph = load_graph(BLOCK)
+    plan = partition(graph, "ilp")
+    out = tmp_path / "plan.svg"
+    assert cli.main([str(BLOCK), "--strategy", "ilp", "--draw", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    kernels = [{f"op{graph.index[n]}" for n in g.ops} for g in plan.cost.groups if g.kind != "view"]
+    drawn = clusters_from_svg(out)
+    assert sorted(map(sorted, drawn)) == sorted(map(sorted, kernels))
+    text = out.read_text()
+    assert "MB" in text and " us" in text  # crossing edges carry bytes, clusters their modelled time
+    for g in plan.cost.groups:
+        if g.kind != "view":
+            assert f"{g.modeled_time_us:,.2f} us" in text
+
+
+@needs_dot
+def test_draw_png(tmp_path):
+    plan = partition(load_graph(ROOT / "graphs" / "softmax_f16.yaml"), "xla")
+    out = draw(plan, tmp_path / "plan.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_draw_dot_needs_no_graphviz_program(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    out = tmp_path / "plan.dot"
+    assert cli.main([str(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "--strategy", "tvm", "--draw", str(out)]) == 0
+    source = out.read_text()
+    assert source.startswith("digraph") and source.count("subgraph cluster_") == 4
+    assert "drawn" in capsys.readouterr().out
+
+
+def test_draw_without_dot_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert cli.main([str(ROOT / "graphs" / "softmax_f16.yaml"), "--draw", str(tmp_path / "p.svg")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "graphviz" in err and "Traceback" not in err
+    assert not (tmp_path / "p.svg").exists()
+
+
+def test_draw_unknown_suffix_exits_2(tmp_path, capsys):
+    assert cli.main([str(ROOT / "graphs" / "softmax_f16.yaml"), "--draw", str(tmp_path / "p.pdf")]) == 2
+    assert ".svg, .png or .dot" in capsys.readouterr().err
