@@ -11,91 +11,53 @@ from __future__ import annotations
 
 import heapq
 
-import networkx as nx
-
 from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import is_legal
-from .base import Options, Strategy, assemble, group_of
+from .base import Options, Strategy, assemble
+from .merging import Merging
 
 
-class _Merger:
+def _bytes(group: Group) -> int:
+    return group.bytes_read + group.bytes_written
+
+
+class _Greedy:
     def __init__(self, graph: Graph, hw: Hardware, max_ops: int):
-        self.graph, self.hw, self.max_ops = graph, hw, max_ops
-        computes = [graph.index[name] for name, op in graph.ops.items() if not op.is_view]
-        self.members = {i: 1 << i for i in computes}
-        self.owner = {i: i for i in computes}
-        self.version = {i: 0 for i in computes}
-        self.quotient = nx.DiGraph()
-        self.quotient.add_nodes_from(computes)
-        for i in computes:
-            for j in self._consumers(1 << i):
-                self.quotient.add_edge(i, j)
+        self.merging = Merging(graph, hw, max_ops)
+        self.version = {gid: 0 for gid in self.merging.groups()}
         self.heap: list = []
-        self._groups: dict[int, Group | None] = {}
-        for a, b in self.quotient.edges:
-            self._push(a, b)
-
-    def _consumers(self, mask: int) -> set[int]:
-        readers = 0
-        for name in self.graph.names(mask):
-            readers |= self.graph.storage_readers.get(name, 0)
-        readers &= ~mask
-        return {self.owner[j] for j in (self.graph.index[n] for n in self.graph.names(readers))}
-
-    def _group(self, mask: int) -> Group | None:
-        if mask not in self._groups:
-            group = group_of(self.graph, mask)
-            self._groups[mask] = group if group is not None and is_legal(group, self.hw, self.max_ops) else None
-        return self._groups[mask]
-
-    def _bytes(self, mask: int) -> int:
-        group = self._group(mask) if mask.bit_count() > 1 else Group(self.graph, self.graph.convex_hull(mask))
-        return group.bytes_read + group.bytes_written
+        for a in self.merging.groups():
+            for b in self.merging.consumers(a):
+                self._push(a, b)
 
     def _push(self, a: int, b: int) -> None:
-        merged = self._group(self.members[a] | self.members[b])
+        m = self.merging
+        merged = m.legal_group(m.members[a] | m.members[b])
         if merged is None:
             return
-        saved = self._bytes(self.members[a]) + self._bytes(self.members[b]) - (merged.bytes_read + merged.bytes_written)
+        saved = _bytes(m.group(a)) + _bytes(m.group(b)) - _bytes(merged)
         heapq.heappush(self.heap, (-saved, a, b, self.version[a], self.version[b]))
 
-    def _closes_cycle(self, a: int, b: int) -> bool:
-        return any(s != b and nx.has_path(self.quotient, s, b) for s in self.quotient.successors(a))
-
-    def _merge(self, a: int, b: int) -> int:
-        keep, gone = min(a, b), max(a, b)
-        self.members[keep] |= self.members.pop(gone)
-        for i in self.graph.names(self.members[keep]):
-            self.owner[self.graph.index[i]] = keep
-        for p in list(self.quotient.predecessors(gone)):
-            if p != keep:
-                self.quotient.add_edge(p, keep)
-        for s in list(self.quotient.successors(gone)):
-            if s != keep:
-                self.quotient.add_edge(keep, s)
-        self.quotient.remove_node(gone)
-        self.version[keep] += 1
-        del self.version[gone]
-        return keep
-
     def run(self) -> list[int]:
+        m = self.merging
         while self.heap:
             _, a, b, va, vb = heapq.heappop(self.heap)
-            if self.version.get(a) != va or self.version.get(b) != vb or self._closes_cycle(a, b):
+            if self.version.get(a) != va or self.version.get(b) != vb or m.creates_cycle([a, b]):
                 continue
-            m = self._merge(a, b)
-            for p in sorted(self.quotient.predecessors(m)):
-                self._push(p, m)
-            for s in sorted(self.quotient.successors(m)):
-                self._push(m, s)
-        return [self.members[k] for k in sorted(self.members)]
+            keep = m.merge([a, b])
+            del self.version[b if keep == a else a]
+            self.version[keep] += 1
+            for p in m.producers(keep):
+                self._push(p, keep)
+            for s in m.consumers(keep):
+                self._push(keep, s)
+        return [m.members[gid] for gid in m.groups()]
 
 
 def greedy_groups(graph: Graph, hw: Hardware, max_ops: int) -> list[int]:
     """The greedy plan as compute-op bitsets (one per group, views left out)."""
-    return _Merger(graph, hw, max_ops).run()
+    return _Greedy(graph, hw, max_ops).run()
 
 
 class Greedy(Strategy):
