@@ -257,19 +257,42 @@ def test_unmappable_ops_become_custom_and_the_graph_plans(capsys):
 def test_constants_become_literals_where_they_broadcast_away():
     class Masked(nn.Module):
         def forward(self, x):
-            return torch.where(x > 0, torch.full((), 0.5), torch.scalar_tensor(-1.0))
+            return torch.where(x > 0, x, torch.full((), 0.5)) * torch.scalar_tensor(2.0)
 
     _, result, _, got = import_and_run(Masked(), (randn(2, 3),))
     ops = {o["name"]: o for o in result.graph["ops"]}
-    assert ops["where"]["inputs"][1:] == [0.5, -1.0]
-    compare("where", got["where"], Masked()(randn(2, 3)))
+    assert ops["where"]["inputs"][1:] == ["input_0", 0.5] and ops["mul"]["inputs"] == ["where", 2.0]
+    compare("mul", got["mul"], Masked()(randn(2, 3)))
 
-    class Constant(nn.Module):
+    class Constants(nn.Module):
         def forward(self, x):
-            return x + 1, torch.full((3,), 2.0)
+            mask = torch.where(x > 0, torch.full((), 0.0, dtype=torch.float16), torch.scalar_tensor(-65504.0,
+                                                                                              dtype=torch.float16))
+            return mask, torch.full((3,), 2.0)
 
-    graph = partitioner.from_torch(Constant(), (randn(3),), verbose=False)
-    assert graph.ops["full"].kind == "custom"  # a constant output stays a tensor
+    graph = partitioner.from_torch(Constants(), (randn(2, 3),), verbose=False)
+    # where's values cannot both be literals (they would promote to float64): one stays a tensor
+    assert graph.ops["where"].inputs[1:] == ("full", -65504.0) and graph.ops["full"].kind == "custom"
+    assert graph.ops["full_1"].kind == "custom"  # a constant output stays a tensor
+    assert all(op.promoted == op.out.dtype for op in graph.ops.values())
+
+
+def test_no_hidden_conversions():
+    """Where the format's promotion differs from PyTorch's (float16 plus a float32 0-d
+    tensor is float16), the op computes in the promoted dtype and an explicit cast follows."""
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.tensor(3.0))
+
+        def forward(self, x):
+            return x * self.scale
+
+    x = randn(4, dtype=torch.float16)
+    _, result, graph, got = import_and_run(Mixed(), (x,))
+    assert [(o["name"], o["op"], o["dtype"]) for o in result.graph["ops"]] == [
+        ("mul_compute", "mul", "float32"), ("mul", "cast", "float16")]
+    compare("mul", got["mul"], Mixed()(x))
 
 
 # ---------------------------------------------------------------- the command line

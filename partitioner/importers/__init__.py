@@ -162,7 +162,14 @@ class GraphBuilder:
 
     def op(self, name: str, op: str, inputs: Sequence[Operand], attrs: dict | None = None,
            shape: Sequence[int] | None = None, dtype: str | None = None) -> str:
-        """Add one op (stating ``shape`` and ``dtype`` when given) and return its name.
+        """Add one op and return the name of its result.
+
+        Every op states its shape and dtype: ``shape`` and ``dtype`` when given (the
+        source's), otherwise the format's inference. When the format's promotion
+        computes another dtype than ``dtype`` (float16 plus a float32 0-d tensor is
+        float16 in PyTorch), the op states what it computes, under ``NAME_compute``,
+        and an explicit ``cast`` named ``NAME`` rounds it to ``dtype``: an imported
+        graph has no hidden conversion.
 
         Raises:
             Unmappable: the loader rejects the op (its message says why), e.g. a
@@ -173,12 +180,14 @@ class GraphBuilder:
             entry["attrs"] = attrs
         if shape is not None:
             entry["shape"] = [int(d) for d in shape]
-        if dtype is not None:
+        if op == "custom":
             entry["dtype"] = dtype
         out = self._check(entry)
-        # Every op states its shape and dtype, so a reader of the file needs no inference.
+        if dtype is not None and out.dtype != dtype:
+            computed = self.op(self.fresh(name, "compute"), op, inputs, attrs, shape)
+            return self.op(name, "cast", [computed], {"dtype": dtype}, shape, dtype)
         entry.setdefault("shape", list(out.shape))
-        entry.setdefault("dtype", out.dtype)
+        entry["dtype"] = out.dtype
         self.types[name] = out
         self._taken.add(name)
         self.ops.append(entry)
@@ -265,7 +274,7 @@ def batch_norm(b: GraphBuilder, name: str, x: str, weight: str | None, bias: str
         return b.op(b.fresh(name, part), "reshape", [tensor], {"shape": channel})
 
     def step(part: str, kind: str, inputs: list) -> str:
-        if part == last:  # the result states the input's dtype: one rounding, at the end
+        if part == last:  # half input: computed in float32, then the builder's explicit cast back
             return b.op(name, kind, inputs, shape=xt.shape, dtype=xt.dtype)
         return b.op(b.fresh(name, part), kind, inputs)
 

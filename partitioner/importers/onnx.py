@@ -132,7 +132,7 @@ def load(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | Non
 
 class _Known:
     """A tensor whose value is known at import time (``value`` is None for an
-    initializer too large to read: a weight). ``name`` is set once it is a graph tensor."""
+    initializer that is not read: a weight). ``name`` is set once it is a graph input."""
 
     def __init__(self, onnx_name: str, value: np.ndarray | None, initializer: TensorProto | None = None):
         self.onnx_name = onnx_name
@@ -254,8 +254,10 @@ class _Converter:
             if any(self.types.get(o, (None,))[0] is None or math.prod(self.types[o][0]) > FOLD_LIMIT
                    for o in node.output if o):
                 return False
-            evaluator = ReferenceEvaluator(node, opsets=self.opsets)
-            values = evaluator.run(None, {i: k.value for i, k in zip(inputs, known)})
+            try:
+                values = ReferenceEvaluator(node, opsets=self.opsets).run(None, {i: k.value for i, k in zip(inputs, known)})
+            except Exception:  # noqa: BLE001 - an op onnx.reference cannot evaluate is converted like any other
+                return False
         for out, value in zip(node.output, values):
             self.env[out] = _Known(out, np.asarray(value))
         return True
@@ -279,7 +281,7 @@ class _Converter:
         value = self.env[onnx_name]
         if not isinstance(value, _Known):
             return value
-        if value.name is None:
+        if value.name not in self.b.types:  # not yet a graph input (or dropped by a rollback)
             if value.initializer is not None:
                 shape, dtype = tuple(value.initializer.dims), self.dtype(onnx_name, value.initializer.data_type)
             else:

@@ -195,24 +195,31 @@ class _Converter:
         if value is None:
             raise Unmappable(f"operand {arg!r} is not a tensor")
         if isinstance(value, _Const):
-            if value.name is None:
+            if value.name not in self.b.types:  # not yet a graph tensor (or dropped by a rollback)
                 shape, dtype = self.out(value.node)
                 value.name = self.b.custom(self.name(value.node), str(value.node.target), [], shape, dtype)
             return value.name
         return value
 
     def operand(self, arg: Any, node: Node) -> str | int | float:
-        """A tensor name or a literal: Python scalars, and constants whose shape
-        broadcasts away in ``node`` (the other operands alone give its shape)."""
+        """A tensor name or a literal: Python scalars, and constants that broadcast
+        away in ``node`` (its other tensor operands alone give its shape). A constant
+        stays a tensor when no other value operand is a tensor (``where(mask, full,
+        scalar_tensor)``): literals alone would promote to float64, not PyTorch's dtype."""
         if not isinstance(arg, Node):
             return _literal(arg)
         value = self.env.get(arg)
         if isinstance(value, _Const):
-            others = [self.b.type(self.env[a]).shape for a in node.args
-                      if isinstance(a, Node) and isinstance(self.env.get(a), str)]
-            if list(broadcast_shapes(others)) == self.out(node)[0]:
+            tensors = [a for a in node.args if isinstance(a, Node) and self._is_tensor(a)]
+            values = [a for a in tensors if not (node.target is torch.ops.aten.where.self and a is node.args[0])]
+            shapes = [self.b.type(self.tensor(a)).shape for a in tensors]
+            if values and list(broadcast_shapes(shapes)) == self.out(node)[0]:
                 return _literal(value.value)
         return self.tensor(arg)
+
+    def _is_tensor(self, arg: Node) -> bool:
+        value = self.env.get(arg)
+        return isinstance(value, str) or (isinstance(value, _Const) and value.name in self.b.types)
 
     def _custom(self, node: Node, kind: str) -> Any:
         inputs = []
