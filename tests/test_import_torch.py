@@ -270,11 +270,13 @@ def test_constants_become_literals_where_they_broadcast_away():
                                                                                               dtype=torch.float16))
             return mask, torch.full((3,), 2.0)
 
-    graph = partitioner.from_torch(Constants(), (randn(2, 3),), verbose=False)
+    result = torch_importer.convert(torch.export.export(Constants(), (randn(2, 3),)), "constants")
+    graph = result.load()
     # where's values cannot both be literals (they would promote to float64): one stays a tensor
     assert graph.ops["where"].inputs[1:] == ("full", -65504.0) and graph.ops["full"].kind == "custom"
     assert graph.ops["full_1"].kind == "custom"  # a constant output stays a tensor
     assert all(op.promoted == op.out.dtype for op in graph.ops.values())
+    assert result.summary.folded == 1 and result.summary.custom == {"aten.full.default": 2}
 
 
 def test_no_hidden_conversions():

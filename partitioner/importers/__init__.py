@@ -225,16 +225,17 @@ class GraphBuilder:
             del self.types[entry["name"]]
         del self.ops[n_ops:], self.inputs[n_inputs:]
 
-    def mapped(self) -> None:
-        """Count one source op that became format-v1 ops."""
+    def count(self, outcome: str, kind: str = "", reason: str = "") -> None:
+        """Count one source op by what it became: ``mapped``, ``folded`` or ``custom``
+        (of kind ``kind``; the first ``reason`` per kind is kept)."""
         self.summary.source_ops += 1
-        self.summary.mapped += 1
-
-    def customized(self, kind: str, reason: str) -> None:
-        """Count one source op that became ``custom`` (the first reason per kind is kept)."""
-        self.summary.source_ops += 1
-        self.summary.custom[kind] += 1
-        self.summary.reasons.setdefault(kind, reason)
+        if outcome == "custom":
+            self.summary.custom[kind] += 1
+            self.summary.reasons.setdefault(kind, reason)
+        elif outcome == "mapped":
+            self.summary.mapped += 1
+        else:
+            self.summary.folded += 1
 
     # ---------------------------------------------------------------- result
 

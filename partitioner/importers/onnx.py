@@ -222,8 +222,7 @@ class _Converter:
         default = node.domain in _DEFAULT_DOMAINS
         kind = node.op_type if default else f"{node.domain}.{node.op_type}"
         if default and self._fold(node):
-            self.b.summary.source_ops += 1
-            self.b.summary.folded += 1
+            self.b.count("folded")
             return
         mark = self.b.mark()
         try:
@@ -231,14 +230,14 @@ class _Converter:
                 raise Unmappable("")
             results = _CONVERTERS[node.op_type](self, node)
             self.env.update(zip(node.output, results if isinstance(results, list) else [results]))
-            self.b.mapped()
+            self.b.count("mapped")
         except GraphError:
             raise
         except Exception as why:  # noqa: BLE001 - any op the converter cannot handle becomes custom, never a crash
             self.b.rollback(mark)
             self._custom(node, kind)
             reason = str(why) if isinstance(why, Unmappable) else f"converter failed: {type(why).__name__}: {why}"
-            self.b.customized(kind, reason)
+            self.b.count("custom", kind, reason)
 
     def _fold(self, node: onnx.NodeProto) -> bool:
         """Evaluate ``node`` when every operand is known and every result is small."""

@@ -124,6 +124,12 @@ class _Converter:
         by_name = {n.name: n for n in self.program.graph.nodes}
         outputs = [self.tensor(by_name[spec.arg.name]) for spec in self.program.graph_signature.output_specs
                    if spec.kind == OutputKind.USER_OUTPUT and getattr(spec.arg, "name", None) in by_name]
+        for value in self.env.values():
+            if isinstance(value, _Const):
+                if value.name in self.b.types:
+                    self.b.count("custom", str(value.node.target), "a constant used where a tensor is needed")
+                else:
+                    self.b.count("folded")
         return self.b.result(outputs)
 
     def _inputs(self) -> None:
@@ -158,14 +164,15 @@ class _Converter:
             if kind not in _CONVERTERS:
                 raise Unmappable("")
             self.env[node] = _CONVERTERS[kind](self, node)
-            self.b.mapped()
+            if not isinstance(self.env[node], _Const):  # counted at the end: a literal, or custom where a tensor
+                self.b.count("mapped")
         except GraphError:
             raise
         except Exception as why:  # noqa: BLE001 - any op the converter cannot handle becomes custom, never a crash
             self.b.rollback(mark)
             self.env[node] = self._custom(node, kind)
             reason = str(why) if isinstance(why, Unmappable) else f"converter failed: {type(why).__name__}: {why}"
-            self.b.customized(kind, reason)
+            self.b.count("custom", kind, reason)
 
     # ---------------------------------------------------------------- values
 
