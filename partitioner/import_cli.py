@@ -61,6 +61,7 @@ def _factory(spec: str):
             if module_spec is None or not Path(where).is_file():
                 raise GraphError(f"{where}: no such file")
             module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_spec.name] = module  # as an import would: dataclasses and pickling look it up
             module_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(where)

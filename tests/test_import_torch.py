@@ -301,12 +301,18 @@ def test_no_hidden_conversions():
 
 
 FACTORY = textwrap.dedent("""
+    import dataclasses
+
     import torch
+
+    @dataclasses.dataclass
+    class Config:
+        d: int
 
     class Tiny(torch.nn.Module):
         def __init__(self, d):
             super().__init__()
-            self.proj = torch.nn.Linear(d, d)
+            self.proj = torch.nn.Linear(Config(d).d, d)
 
         def forward(self, x):
             return torch.softmax(self.proj(x), -1)

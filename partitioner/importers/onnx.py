@@ -35,7 +35,6 @@ DTYPES = {
     TensorProto.DOUBLE: "float64", TensorProto.INT8: "int8", TensorProto.INT32: "int32",
     TensorProto.INT64: "int64", TensorProto.BOOL: "bool",
 }
-ONNX_DTYPES = {v: k for k, v in DTYPES.items()}
 
 # Known values up to this many elements are folded at import time; larger results are computed by the graph.
 FOLD_LIMIT = 1 << 16
@@ -285,7 +284,7 @@ class _Converter:
                 shape, dtype = tuple(value.initializer.dims), self.dtype(onnx_name, value.initializer.data_type)
             else:
                 shape, dtype = value.value.shape, str(value.value.dtype)  # NumPy's names are the format's
-                if dtype not in ONNX_DTYPES:
+                if dtype not in DTYPES.values():
                     raise GraphError(f"{self.label}: tensor '{onnx_name}' is {dtype}, which format v1 has no dtype for")
             value.name = self.b.add_input(self.names[onnx_name], shape, dtype)
             if value.initializer is None:
