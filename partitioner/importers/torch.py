@@ -247,10 +247,10 @@ class _Converter:
 
     # ---------------------------------------------------------------- emitting
 
-    def emit(self, node: Node, op: str, inputs: list, attrs: dict | None = None, name: str | None = None) -> str:
+    def emit(self, node: Node, op: str, inputs: list, attrs: dict | None = None) -> str:
         """One op for ``node`` stating PyTorch's shape and dtype."""
         shape, dtype = self.out(node)
-        return self.b.op(name or self.name(node), op, inputs, attrs, shape, dtype)
+        return self.b.op(self.name(node), op, inputs, attrs, shape, dtype)
 
     def helper(self, node: Node, part: str, op: str, inputs: list, attrs: dict | None = None) -> str:
         """An intermediate op of a decomposition, named ``NODE_part``."""
@@ -279,7 +279,7 @@ def _arg(node: Node, index: int, key: str, default: Any = None) -> Any:
     return node.kwargs.get(key, default)
 
 
-def _axes(node: Node, dims: Any, rank: int) -> list[int] | None:
+def _axes(dims: Any, rank: int) -> list[int] | None:
     """Reduction dims as format-v1 ``axes``: ``None`` (all) for ATen's None or []."""
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return None
@@ -368,7 +368,7 @@ def _reduce(op: str, has_dtype: bool = True) -> Converter:
     def convert(cx: _Converter, node: Node) -> str:
         x = cx.tensor(node.args[0])
         rank = len(cx.b.type(x).shape)
-        axes = _axes(node, _arg(node, 1, "dim"), rank)
+        axes = _axes(_arg(node, 1, "dim"), rank)
         keepdim = bool(_arg(node, 2, "keepdim", False))
         dtype = node.kwargs.get("dtype") if has_dtype else None
         if dtype is not None:
@@ -403,7 +403,7 @@ def _any(cx: _Converter, node: Node) -> str:
     x = cx.tensor(node.args[0])
     if cx.b.type(x).dtype != "bool":  # any(x) = max(x != 0)
         x = cx.helper(node, "nonzero", "ne", [x, 0])
-    axes = _axes(node, _arg(node, 1, "dim"), len(cx.b.type(x).shape))
+    axes = _axes(_arg(node, 1, "dim"), len(cx.b.type(x).shape))
     keepdim = bool(_arg(node, 2, "keepdim", False))
     return cx.emit(node, "reduce_max", [x], {"keepdims": keepdim} if axes is None else {"axes": axes, "keepdims": keepdim})
 
@@ -411,7 +411,7 @@ def _any(cx: _Converter, node: Node) -> str:
 @_register("aten.max.dim", "aten.min.dim")
 def _max_min_dim(cx: _Converter, node: Node) -> dict[int, str]:
     x = cx.tensor(node.args[0])
-    axes = _axes(node, node.args[1], len(cx.b.type(x).shape))
+    axes = _axes(node.args[1], len(cx.b.type(x).shape))
     attrs = {"axes": axes, "keepdims": bool(_arg(node, 2, "keepdim", False))}
     ops = ("reduce_max", "argmax") if node.target.__name__.startswith("max") else ("reduce_min", "argmin")
     val = node.meta["val"]
