@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="partition",
         description="Partition an operator graph into GPU fusion groups under a cost model.",
+        epilog="partition import SOURCE -o OUT.yaml imports an ONNX file or a torch model "
+               "(partition import --help).",
     )
     p.add_argument("graph", help="graph file (.yaml, .yml or .json, format v1)")
     p.add_argument("--report", action="store_true",
@@ -147,6 +149,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``partition`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["import"]:  # the importers' own command line (partitioner/import_cli.py)
+        from .import_cli import main as import_main  # here, not at the top: import_cli imports this module
+
+        return import_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):

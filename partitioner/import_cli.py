@@ -1,0 +1,149 @@
+"""``partition import SOURCE -o OUT.yaml``: an ONNX file or a torch model in, a graph file out.
+
+SOURCE is one of
+
+- ``model.onnx``: an ONNX model (``--dim NAME=VALUE`` binds its dynamic dimensions);
+- ``program.pt2``: an ExportedProgram saved with ``torch.export.save``;
+- ``package.module:factory`` or ``path/to/file.py:factory``: a callable returning an
+  ExportedProgram or a ``(module, example_inputs)`` pair, which is exported here;
+  ``--dim NAME=VALUE`` become its keyword arguments (``factory(batch=8)``).
+
+The import summary (ops mapped, folded and custom, customs by kind) goes to stderr;
+the graph goes to OUT, which is never overwritten without ``--force``. Exit status
+0, or 2 with one line on stderr for bad input, 1 on an internal failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from . import __version__
+from .cli import _Parser
+from .errors import GraphError
+from .importers import ImportResult, extra, report, to_yaml
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, value = (part.strip() for part in text.partition("="))
+    if not (sep and name and value.isdigit()):
+        raise argparse.ArgumentTypeError(f"--dim takes NAME=VALUE with a non-negative integer VALUE, got {text!r}")
+    return name, int(value)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="partition import",
+                description="Import an ONNX model or a torch.export program as a graph file (format v1).",
+                epilog="SOURCE: model.onnx | program.pt2 (torch.export.save) | package.module:factory | "
+                       "file.py:factory (returns an ExportedProgram or (module, example_inputs)). "
+                       "The import summary is printed on stderr. See docs/importers.md.")
+    p.add_argument("source", help="a .onnx file, a .pt2 file, or MODULE:FACTORY")
+    p.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.yaml", help="graph file to write")
+    p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
+                   help="bind an ONNX dynamic dimension, or pass a keyword argument to a torch factory (repeatable)")
+    p.add_argument("--name", help="the graph's name (default: OUT's file name without its suffix)")
+    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("--version", action="version", version=f"partition {__version__}")
+    return p
+
+
+def _factory(spec: str):
+    """The callable named by ``module:attr`` or ``file.py:attr`` (raises GraphError)."""
+    where, _, attr = spec.rpartition(":")
+    try:
+        if where.endswith(".py"):
+            module_spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+            if module_spec is None or not Path(where).is_file():
+                raise GraphError(f"{where}: no such file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_spec.name] = module  # as an import would: dataclasses and pickling look it up
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        return getattr(module, attr)
+    except GraphError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything while it is imported
+        raise GraphError(f"{spec}: cannot load the factory ({type(exc).__name__}: {exc})") from None
+
+
+def _torch_program(torch_importer, source: str, kwargs: dict[str, int]):
+    """The ExportedProgram for a ``.pt2`` file or a factory (raises GraphError)."""
+    import torch  # the torch extra is present: extra("torch") succeeded
+
+    if source.endswith(".pt2"):
+        if kwargs:
+            raise GraphError(f"{source}: --dim binds ONNX dimensions or factory arguments; "
+                             "a saved program has static shapes")
+        if not Path(source).is_file():
+            raise GraphError(f"{source}: no such file")
+        try:
+            return torch.export.load(source)
+        except Exception as exc:  # noqa: BLE001 - torch raises several types for a bad archive
+            raise GraphError(f"{source}: not a torch.export program ({type(exc).__name__}: {exc})") from None
+    factory = _factory(source)
+    try:
+        made = factory(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - the user's factory may raise anything
+        raise GraphError(f"{source}: the factory raised {type(exc).__name__}: {exc}") from None
+    if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
+        try:
+            return torch_importer.program_of(*made)
+        except Exception as exc:  # noqa: BLE001 - torch.export raises many types for unsupported models
+            raise GraphError(f"{source}: torch.export failed: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:300]}") from None
+    if isinstance(made, torch.export.ExportedProgram):
+        return made
+    raise GraphError(f"{source}: the factory must return an ExportedProgram or (module, example_inputs), "
+                     f"got {type(made).__name__}")
+
+
+def _convert(args: argparse.Namespace, name: str) -> ImportResult:
+    dims = dict(args.dim)
+    if args.source.endswith(".onnx"):
+        return extra("onnx").convert(args.source, dims, name)
+    if not (args.source.endswith(".pt2") or ":" in args.source):
+        raise GraphError(f"{args.source}: SOURCE must be a .onnx file, a .pt2 file or MODULE:FACTORY")
+    torch_importer = extra("torch")
+    program = _torch_program(torch_importer, args.source, dims)
+    call = f"({', '.join(f'{k}={v}' for k, v in dims.items())})" if ":" in args.source else ""
+    return torch_importer.convert(program, name, f"{args.source}{call} via {torch_importer.SOURCE}")
+
+
+def _run(args: argparse.Namespace) -> int:
+    out: Path = args.output
+    if out.exists() and not args.force:
+        raise GraphError(f"{out}: exists; pass --force to overwrite it")
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        raise GraphError(f"{out}: the output must be a .yaml or .yml file")
+    if not out.parent.is_dir():
+        raise GraphError(f"{out.parent}: no such directory")
+    result = _convert(args, args.name or out.stem)
+    report(result)
+    result.load()  # every rule of the loader, before anything is written
+    out.write_text(to_yaml(result.graph, [f"Imported from {args.source} by `partition import` ({__version__})."]))
+    print(f"wrote {out} ({len(result.graph['ops'])} ops)", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    """``partition import ...`` (``argv`` without the word ``import``)."""
+    args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except (GraphError, ImportError) as exc:
+        print(f"partition import: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("partition import: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, exit 1
+        if os.environ.get("PARTITIONER_DEBUG"):
+            traceback.print_exc()
+        print(f"partition import: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,347 @@
+"""Importers: ONNX models and torch.export programs -> graph format v1.
+
+The framework-specific halves live in ``onnx.py`` and ``torch.py`` and import
+their framework; this module does not, so it is cheap to import. What both share
+is here: :class:`GraphBuilder` (which checks every op it is given against the
+loader's own rules, so that an op the format cannot express faithfully becomes a
+``custom`` op instead of a wrong one), the import summary, the batch-norm
+decomposition, and the YAML writer that prints one op per line in flow style.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import yaml
+
+from ..errors import GraphError
+from ..graph import Graph
+from ..loader import NAME_PATTERN, load_graph
+from ..ops import TensorType
+from ..yamlio import parse_yaml
+
+Operand = str | int | float
+
+
+def extra(name: str):
+    """The importer module for the optional extra ``name`` (``onnx`` or ``torch``),
+    imported only now, so that ``import partitioner`` never imports a framework.
+
+    Raises:
+        ImportError: the extra is not installed (the message says how to install it).
+    """
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise ImportError(f"importing from {name} needs the '{name}' extra: "
+                          f"pip install 'fusion-partitioner[{name}]'") from None
+
+
+class Unmappable(Exception):
+    """A source op has no faithful format-v1 equivalent; it becomes ``custom``.
+
+    ``str(error)`` says why (shown in the import summary).
+    """
+
+
+@dataclass
+class Summary:
+    """What one import did, counted over the source framework's ops.
+
+    Attributes:
+        source_ops: ops of the source graph that produce tensors (asserts and
+            other side-effect-free bookkeeping are not counted).
+        mapped: source ops that became format-v1 ops.
+        folded: source ops evaluated at import time (values known statically).
+        custom: source op kind -> how many became ``custom`` ops.
+        reasons: source op kind -> why the first one of that kind is custom.
+        graph_ops: ops in the written graph (composites counted once).
+    """
+
+    source_ops: int = 0
+    mapped: int = 0
+    folded: int = 0
+    custom: Counter = field(default_factory=Counter)
+    reasons: dict[str, str] = field(default_factory=dict)
+    graph_ops: int = 0
+
+    def text(self, label: str) -> str:
+        """The summary as printed by the importers: one line, then one line per custom kind."""
+        customs = sum(self.custom.values())
+        folded = f", {self.folded} folded" if self.folded else ""
+        lines = [f"{label}: {self.source_ops} source ops, {self.mapped} mapped{folded}, {customs} custom; "
+                 f"{self.graph_ops} ops in the graph"]
+        for kind, count in sorted(self.custom.items(), key=lambda kv: (-kv[1], kv[0])):
+            reason = self.reasons.get(kind)
+            lines.append(f"  custom {kind} x{count}" + (f" ({reason})" if reason else ""))
+        return "\n".join(lines)
+
+
+@dataclass
+class ImportResult:
+    """A converted graph before loading.
+
+    Attributes:
+        graph: the format-v1 dict (what :func:`to_yaml` writes).
+        summary: counts of mapped and custom ops.
+        constants: values of graph inputs that were constants of the source
+            (folded tensors too large to be literals), by input name; weights'
+            values are never read, so they are not here.
+        renamed: source tensor name -> graph name, for the names that had to
+            change to be valid format-v1 names.
+    """
+
+    graph: dict
+    summary: Summary
+    constants: dict[str, Any] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    def load(self) -> Graph:
+        """The graph through :func:`partitioner.load_graph` (raises GraphError)."""
+        return load_graph(self.graph)
+
+
+def report(result: ImportResult, verbose: bool = True) -> None:
+    """Print ``result``'s summary on stderr (stdout stays free for data)."""
+    if verbose:
+        print(result.summary.text(f"import {result.graph['name']}"), file=sys.stderr)
+
+
+class GraphBuilder:
+    """Collects inputs and ops of a format-v1 graph, checking each op as it comes.
+
+    Every op goes through :func:`load_graph` on its own (operands as inputs), so it
+    meets every rule of the loader, and a stated shape that disagrees with the
+    format's inference is caught here, where the importer can still turn the
+    source op into ``custom``.
+    """
+
+    def __init__(self, name: str, source: str, reserved: Sequence[str] = ()):
+        self.name = name
+        self.source = source
+        self.inputs: list[dict] = []
+        self.ops: list[dict] = []
+        self.types: dict[str, TensorType] = {}
+        self.summary = Summary()
+        # Names the source graph uses; helper ops never take one of them.
+        self._taken: set[str] = set(reserved)
+
+    # ---------------------------------------------------------------- names
+
+    def fresh(self, base: str, part: str = "") -> str:
+        """An unused name ``base_part`` (``base`` alone when ``part`` is empty), with a
+        numeric suffix where needed."""
+        stem = f"{base}_{part}" if part else base
+        name, i = stem, 1
+        while name in self._taken or name in self.types:
+            name, i = f"{stem}_{i}", i + 1
+        self._taken.add(name)
+        return name
+
+    # ---------------------------------------------------------------- tensors
+
+    def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
+        """Declare a graph input (activation or weight) and return its name."""
+        self.types[name] = TensorType(tuple(int(d) for d in shape), dtype)
+        self._taken.add(name)
+        self.inputs.append({"name": name, "shape": list(self.types[name].shape), "dtype": dtype})
+        return name
+
+    def type(self, name: str) -> TensorType:
+        """Shape and dtype of a tensor already in the graph."""
+        return self.types[name]
+
+    def op(self, name: str, op: str, inputs: Sequence[Operand], attrs: dict | None = None,
+           shape: Sequence[int] | None = None, dtype: str | None = None) -> str:
+        """Add one op and return the name of its result.
+
+        Every op states its shape and dtype: ``shape`` and ``dtype`` when given (the
+        source's), otherwise the format's inference. When the format's promotion
+        computes another dtype than ``dtype`` (float16 plus a float32 0-d tensor is
+        float16 in PyTorch), the op states what it computes, under ``NAME_compute``,
+        and an explicit ``cast`` named ``NAME`` rounds it to ``dtype``: an imported
+        graph has no hidden conversion.
+
+        Raises:
+            Unmappable: the loader rejects the op (its message says why), e.g. a
+                stated shape that disagrees with the format's inference.
+        """
+        entry: dict[str, Any] = {"name": name, "op": op, "inputs": list(inputs)}
+        if attrs:
+            entry["attrs"] = attrs
+        if shape is not None:
+            entry["shape"] = [int(d) for d in shape]
+        if op == "custom":
+            entry["dtype"] = dtype
+        out = self._check(entry)
+        if dtype is not None and out.dtype != dtype:
+            computed = self.op(self.fresh(name, "compute"), op, inputs, attrs, shape)
+            return self.op(name, "cast", [computed], {"dtype": dtype}, shape, dtype)
+        entry.setdefault("shape", list(out.shape))
+        entry["dtype"] = out.dtype
+        self.types[name] = out
+        self._taken.add(name)
+        self.ops.append(entry)
+        return name
+
+    def custom(self, name: str, kind: str, inputs: Sequence[str], shape: Sequence[int], dtype: str) -> str:
+        """Add a ``custom`` op of source kind ``kind`` and return its name."""
+        return self.op(name, "custom", inputs, {"kind": kind}, shape, dtype)
+
+    def _check(self, entry: dict) -> TensorType:
+        operands = list(dict.fromkeys(i for i in entry["inputs"] if isinstance(i, str)))
+        single = {
+            "inputs": [{"name": n, "shape": list(self.types[n].shape), "dtype": self.types[n].dtype}
+                       for n in operands],
+            "ops": [entry],
+            "outputs": [entry["name"]],
+        }
+        try:
+            graph = load_graph(single)
+        except GraphError as exc:
+            # "<graph>: op 'NAME': problem" -> "problem"
+            raise Unmappable(str(exc).split(": ", 2)[-1]) from None
+        return graph.tensor(entry["name"])
+
+    # ---------------------------------------------------------------- transactions
+
+    def mark(self) -> tuple[int, int]:
+        """A point to roll back to when a source op turns out to be unmappable."""
+        return len(self.ops), len(self.inputs)
+
+    def rollback(self, mark: tuple[int, int]) -> None:
+        """Drop the ops and inputs added since ``mark``."""
+        n_ops, n_inputs = mark
+        for entry in self.ops[n_ops:] + self.inputs[n_inputs:]:
+            del self.types[entry["name"]]
+        del self.ops[n_ops:], self.inputs[n_inputs:]
+
+    def count(self, outcome: str, kind: str = "", reason: str = "") -> None:
+        """Count one source op by what it became: ``mapped``, ``folded`` or ``custom``
+        (of kind ``kind``; the first ``reason`` per kind is kept)."""
+        self.summary.source_ops += 1
+        if outcome == "custom":
+            self.summary.custom[kind] += 1
+            self.summary.reasons.setdefault(kind, reason)
+        elif outcome == "mapped":
+            self.summary.mapped += 1
+        else:
+            self.summary.folded += 1
+
+    # ---------------------------------------------------------------- result
+
+    def result(self, outputs: Sequence[str], constants: dict | None = None,
+               renamed: dict[str, str] | None = None) -> ImportResult:
+        """The finished graph; ``outputs`` are tensor names (duplicates are dropped)."""
+        graph = {"format": 1, "name": self.name, "source": self.source, "inputs": self.inputs,
+                 "ops": self.ops, "outputs": list(dict.fromkeys(outputs))}
+        self.summary.graph_ops = len(self.ops)
+        return ImportResult(graph, self.summary, constants or {}, renamed or {})
+
+
+def sanitize(name: str) -> str:
+    """``name`` made a valid format-v1 name: characters outside ``[A-Za-z0-9_./-]``
+    become ``_`` (``:`` too, as it names composite parts), leading ``/`` are dropped
+    and a name that would start with a digit, ``.`` or ``-`` gets a ``_`` prefix."""
+    clean = re.sub(r"[^A-Za-z0-9_./-]", "_", name).lstrip("/")
+    if not clean or not re.match(r"[A-Za-z_]", clean):
+        clean = "_" + clean
+    assert NAME_PATTERN.fullmatch(clean)
+    return clean
+
+
+def batch_norm(b: GraphBuilder, name: str, x: str, weight: str | None, bias: str | None, mean: str, var: str,
+               eps: float) -> str:
+    """Inference batch normalisation over axis 1 as primitives; returns ``name``.
+
+    ``y = (x - mean) * rsqrt(var + eps) * weight + bias``, with the per-channel
+    tensors reshaped (views) to ``[C, 1, ...]``. Half-precision input is computed
+    in float32 and rounded once at the end, as PyTorch's and cuDNN's kernels do.
+    """
+    xt = b.type(x)
+    channel = [xt.shape[1]] + [1] * (len(xt.shape) - 2)
+    last = "shifted" if bias is not None else "scaled" if weight is not None else "xn"
+
+    def per_channel(tensor: str, part: str) -> str:
+        return b.op(b.fresh(name, part), "reshape", [tensor], {"shape": channel})
+
+    def step(part: str, kind: str, inputs: list) -> str:
+        if part == last:  # half input: computed in float32, then the builder's explicit cast back
+            return b.op(name, kind, inputs, shape=xt.shape, dtype=xt.dtype)
+        return b.op(b.fresh(name, part), kind, inputs)
+
+    if xt.dtype in ("float16", "bfloat16"):
+        x = b.op(b.fresh(name, "in"), "cast", [x], {"dtype": "float32"})
+        var = b.op(b.fresh(name, "var32"), "cast", [var], {"dtype": "float32"})
+    inv = b.op(b.fresh(name, "inv"), "rsqrt", [b.op(b.fresh(name, "ve"), "add", [per_channel(var, "var"), eps])])
+    y = b.op(b.fresh(name, "xc"), "sub", [x, per_channel(mean, "mean")])
+    y = step("xn", "mul", [y, inv])
+    if weight is not None:
+        y = step("scaled", "mul", [y, per_channel(weight, "w")])
+    if bias is not None:
+        y = step("shifted", "add", [y, per_channel(bias, "b")])
+    return y
+
+
+# ---------------------------------------------------------------- YAML
+
+
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*")
+_RESERVED = {"null", "Null", "NULL", "true", "True", "TRUE", "false", "False", "FALSE"}
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        return repr(value)
+    if isinstance(value, str) and _PLAIN.fullmatch(value) and value not in _RESERVED:
+        return value
+    return json.dumps(value)
+
+
+def _flow(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return _scalar(value)
+
+
+def _header(key: str, value: Any) -> str:
+    """``key: value`` with the value plain where it reads back unchanged (free text
+    such as ``source`` stays readable), quoted otherwise."""
+    line = f"{key}: {value}"
+    try:
+        if isinstance(value, str) and value == value.strip() and parse_yaml(line) == {key: value}:
+            return line
+    except yaml.YAMLError:
+        pass  # e.g. "file.onnx: ..." reads as a nested mapping: quote it
+    return f"{key}: {_scalar(value)}"
+
+
+def to_yaml(graph: dict, comments: Sequence[str] = ()) -> str:
+    """``graph`` as YAML in the style of ``graphs/``: header fields, then one input and
+    one op per line in flow style. ``comments`` become ``#`` lines at the top."""
+    lines = [f"# {c}" for c in comments]
+    lines += [_header(key, graph[key]) for key in ("format", "name", "source", "dtype") if key in graph]
+    for key in ("inputs", "ops"):
+        lines.append(f"{key}:")
+        lines += [f"  - {_flow(entry)}" for entry in graph.get(key, [])]
+    lines.append(f"outputs: {_flow(graph['outputs'])}")
+    return "\n".join(lines) + "\n"

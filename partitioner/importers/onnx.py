@@ -1,0 +1,736 @@
+"""ONNX models -> graph format v1 (the ``onnx`` extra).
+
+Shapes come from the model and ``onnx.shape_inference`` (with data propagation),
+after every dynamic dimension has been bound (``dims``, the CLI's ``--dim``).
+Values known at import time are folded: ``Constant``, ``Shape`` and ``Size`` of
+static tensors, integer and scalar initializers, and any default-domain op whose
+operands are all known and whose result is small (evaluated with
+``onnx.reference``). A known scalar becomes a literal where the op allows one;
+any other known tensor becomes a graph input like a weight. Float initializers
+(weights) become graph inputs and their data is never read.
+
+An op that has no faithful format-v1 equivalent becomes ``custom`` with its op
+type as ``kind`` (``domain.OpType`` outside the default domain).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper, shape_inference
+from onnx.reference import ReferenceEvaluator
+
+from ..errors import GraphError, InferenceError
+from ..graph import Graph
+from ..ops import broadcast_shapes, reshape_target
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, report, sanitize
+
+DTYPES = {
+    TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
+    TensorProto.DOUBLE: "float64", TensorProto.INT8: "int8", TensorProto.INT32: "int32",
+    TensorProto.INT64: "int64", TensorProto.BOOL: "bool",
+}
+
+# Known values up to this many elements are folded at import time; larger results are computed by the graph.
+FOLD_LIMIT = 1 << 16
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str, str | None]:
+    """(model, label for messages, directory of external data) from a path or a ModelProto.
+
+    External tensor data is not loaded: weights' values are never needed.
+
+    Raises:
+        GraphError: the file is missing or is not an ONNX model.
+    """
+    if isinstance(source, onnx.ModelProto):
+        return source, "<onnx>", None
+    path = Path(source)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except FileNotFoundError:
+        raise GraphError(f"{path}: no such file") from None
+    except Exception as exc:  # noqa: BLE001 - protobuf raises several types for a file that is not ONNX
+        raise GraphError(f"{path}: not an ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    return model, str(path), str(path.parent)
+
+
+def bind_dims(model: onnx.ModelProto, dims: dict[str, int], label: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose graph inputs have every dynamic dimension bound.
+
+    Raises:
+        GraphError: a dimension with a name ``dims`` does not bind, one without a
+            name, or a name in ``dims`` that no input has.
+    """
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    initializers = {t.name for t in model.graph.initializer}
+    used = set()
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        for axis, dim in enumerate(value.type.tensor_type.shape.dim):
+            if dim.HasField("dim_value"):
+                continue
+            if not dim.dim_param:
+                raise GraphError(f"{label}: input '{value.name}' has a dynamic dimension without a name (axis {axis}); "
+                                 "give the model a static or named dimension there")
+            if dim.dim_param not in dims:
+                raise GraphError(f"{label}: input '{value.name}' has the dynamic dimension '{dim.dim_param}' "
+                                 f"(axis {axis}); bind it with --dim {dim.dim_param}=VALUE")
+            used.add(dim.dim_param)
+            dim.dim_value = int(dims[dim.dim_param])
+    unknown = sorted(set(dims) - used)
+    if unknown:
+        raise GraphError(f"{label}: no input has a dynamic dimension named {', '.join(map(repr, unknown))}")
+    return model
+
+
+def convert(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | None = None,
+            name: str | None = None) -> ImportResult:
+    """An ONNX model as a format-v1 graph dict (not yet loaded).
+
+    Args:
+        source: a ``.onnx`` path or a ``ModelProto``.
+        dims: values for the model's named dynamic dimensions.
+        name: the graph's name (default: the file's stem, or the ONNX graph's name).
+
+    Raises:
+        GraphError: an unreadable model, an unbound or unknown dimension, a tensor
+            of a dtype format v1 lacks, or a custom op whose shape is unknown.
+    """
+    model, label, base_dir = read(source)
+    model = bind_dims(model, dict(dims or {}), label)
+    try:
+        model = shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and ValidationError
+        raise GraphError(f"{label}: ONNX shape inference failed: {' '.join(str(exc).split())}") from None
+    if name is None:
+        name = Path(label).stem if base_dir is not None else (model.graph.name or "graph")
+    opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), 1)
+    producer = f"{model.producer_name} {model.producer_version}".strip() or "unknown producer"
+    source_text = f"ONNX opset {opset} ({producer})"
+    if base_dir is not None:
+        source_text = f"{Path(label).name}: {source_text}"
+    return _Converter(model, sanitize(name), source_text, label, base_dir, opset).run()
+
+
+def load(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | None = None, name: str | None = None,
+         verbose: bool = True) -> Graph:
+    """``partitioner.from_onnx``: convert, print the summary on stderr when
+    ``verbose``, and load (raises GraphError)."""
+    result = convert(source, dims, name)
+    report(result, verbose)
+    return result.load()
+
+
+class _Known:
+    """A tensor whose value is known at import time (``value`` is None for an
+    initializer that is not read: a weight). ``name`` is set once it is a graph input."""
+
+    def __init__(self, onnx_name: str, value: np.ndarray | None, initializer: TensorProto | None = None):
+        self.onnx_name = onnx_name
+        self.value = value
+        self.initializer = initializer
+        self.name: str | None = None
+
+
+class _Converter:
+    def __init__(self, model: onnx.ModelProto, name: str, source: str, label: str, base_dir: str | None, opset: int):
+        self.graph = model.graph
+        self.label = label
+        self.base_dir = base_dir
+        self.opset = opset
+        self.opsets = {o.domain or "": o.version for o in model.opset_import}
+        self.names = self._name_map()
+        self.b = GraphBuilder(name, source, reserved=self.names.values())
+        self.types = self._onnx_types()
+        self.env: dict[str, Any] = {}
+        self.constants: dict[str, np.ndarray] = {}
+
+    # ---------------------------------------------------------------- setup
+
+    def _name_map(self) -> dict[str, str]:
+        """ONNX tensor name -> a unique valid format-v1 name."""
+        names: dict[str, str] = {}
+        taken: set[str] = set()
+        every = [v.name for v in self.graph.input] + [t.name for t in self.graph.initializer]
+        every += [o for n in self.graph.node for o in n.output if o]
+        for onnx_name in every:
+            if onnx_name in names:
+                continue
+            clean, i = sanitize(onnx_name), 1
+            while clean in taken:
+                clean, i = f"{sanitize(onnx_name)}_{i}", i + 1
+            names[onnx_name] = clean
+            taken.add(clean)
+        return names
+
+    def _onnx_types(self) -> dict[str, tuple[tuple[int, ...] | None, int]]:
+        """ONNX tensor name -> (static shape or None, element type) from the model and inference."""
+        types = {}
+        for value in [*self.graph.input, *self.graph.value_info, *self.graph.output]:
+            tensor = value.type.tensor_type
+            dims = tensor.shape.dim
+            static = tensor.HasField("shape") and all(d.HasField("dim_value") for d in dims)
+            types[value.name] = (tuple(d.dim_value for d in dims) if static else None, tensor.elem_type)
+        for init in self.graph.initializer:
+            types[init.name] = (tuple(init.dims), init.data_type)
+        return types
+
+    def dtype(self, onnx_name: str, elem_type: int | None = None) -> str:
+        """The format-v1 dtype of an ONNX tensor (raises GraphError for one format v1 lacks)."""
+        elem_type = self.types[onnx_name][1] if elem_type is None else elem_type
+        if elem_type not in DTYPES:
+            kind = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else elem_type
+            raise GraphError(f"{self.label}: tensor '{onnx_name}' is {kind}, which format v1 has no dtype for")
+        return DTYPES[elem_type]
+
+    # ---------------------------------------------------------------- driver
+
+    def run(self) -> ImportResult:
+        initializers = {t.name: t for t in self.graph.initializer}
+        for init in initializers.values():
+            self.env[init.name] = _Known(init.name, self._initializer_value(init), init)
+        consumed = {i for n in self.graph.node for i in n.input} | {o.name for o in self.graph.output}
+        for value in self.graph.input:
+            if value.name not in initializers and value.name in consumed:
+                shape, _ = self.types[value.name]
+                self.env[value.name] = self.b.add_input(self.names[value.name], shape, self.dtype(value.name))
+        for node in self.graph.node:
+            self._node(node)
+        outputs = [self.tensor(o.name) for o in self.graph.output]
+        renamed = {k: v for k, v in self.names.items() if k != v}
+        return self.b.result(outputs, self.constants, renamed)
+
+    def _initializer_value(self, init: TensorProto) -> np.ndarray | None:
+        """Integer, bool and one-element initializers are read (shapes, indices,
+        scalars); weights are not."""
+        small = math.prod(init.dims) <= FOLD_LIMIT
+        shape_like = init.data_type in (TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL)
+        if small and (shape_like or math.prod(init.dims) == 1):
+            return numpy_helper.to_array(init, self.base_dir or "")
+        return None
+
+    def _node(self, node: onnx.NodeProto) -> None:
+        default = node.domain in _DEFAULT_DOMAINS
+        kind = node.op_type if default else f"{node.domain}.{node.op_type}"
+        if default and self._fold(node):
+            self.b.count("folded")
+            return
+        mark = self.b.mark()
+        try:
+            if not default or node.op_type not in _CONVERTERS:
+                raise Unmappable("")
+            results = _CONVERTERS[node.op_type](self, node)
+            self.env.update(zip(node.output, results if isinstance(results, list) else [results]))
+            self.b.count("mapped")
+        except GraphError:
+            raise
+        except Exception as why:  # noqa: BLE001 - any op the converter cannot handle becomes custom, never a crash
+            self.b.rollback(mark)
+            self._custom(node, kind)
+            reason = str(why) if isinstance(why, Unmappable) else f"converter failed: {type(why).__name__}: {why}"
+            self.b.count("custom", kind, reason)
+
+    def _fold(self, node: onnx.NodeProto) -> bool:
+        """Evaluate ``node`` when every operand is known and every result is small."""
+        if node.op_type in _NOT_FOLDED:
+            return False
+        if node.op_type in _STATIC:
+            values = _STATIC[node.op_type](self, node)
+        else:
+            inputs = [i for i in node.input if i]
+            known = [self.env.get(i) for i in inputs]
+            if not all(isinstance(k, _Known) and k.value is not None for k in known):
+                return False
+            if any(self.types.get(o, (None,))[0] is None or math.prod(self.types[o][0]) > FOLD_LIMIT
+                   for o in node.output if o):
+                return False
+            try:
+                values = ReferenceEvaluator(node, opsets=self.opsets).run(None, {i: k.value for i, k in zip(inputs, known)})
+            except Exception:  # noqa: BLE001 - an op onnx.reference cannot evaluate is converted like any other
+                return False
+        for out, value in zip(node.output, values):
+            self.env[out] = _Known(out, np.asarray(value))
+        return True
+
+    def _custom(self, node: onnx.NodeProto, kind: str) -> None:
+        inputs = list(dict.fromkeys(self.tensor(i) for i in node.input if i))
+        for out in node.output:
+            if not out:
+                continue
+            shape, elem_type = self.types.get(out, (None, None))
+            if shape is None:
+                raise GraphError(f"{self.label}: op '{node.name or out}' ({kind}): ONNX shape inference gives "
+                                 f"no static shape for its output '{out}'; format v1 needs one for a custom op")
+            self.env[out] = self.b.custom(self.names[out], kind, inputs, shape, self.dtype(out, elem_type))
+
+    # ---------------------------------------------------------------- values
+
+    def tensor(self, onnx_name: str) -> str:
+        """The graph tensor of an ONNX tensor; a known value becomes a graph input
+        (its value is kept in the result's ``constants`` unless it is a weight)."""
+        value = self.env[onnx_name]
+        if not isinstance(value, _Known):
+            return value
+        if value.name not in self.b.types:  # not yet a graph input (or dropped by a rollback)
+            if value.initializer is not None:
+                shape, dtype = tuple(value.initializer.dims), self.dtype(onnx_name, value.initializer.data_type)
+            else:
+                shape, dtype = value.value.shape, str(value.value.dtype)  # NumPy's names are the format's
+                if dtype not in DTYPES.values():
+                    raise GraphError(f"{self.label}: tensor '{onnx_name}' is {dtype}, which format v1 has no dtype for")
+            value.name = self.b.add_input(self.names[onnx_name], shape, dtype)
+            if value.initializer is None:
+                self.constants[value.name] = value.value
+        return value.name
+
+    def operand(self, node: onnx.NodeProto, index: int) -> str | int | float:
+        """A tensor name, or a literal for a known one-element number whose rank does
+        not exceed the other operands' (so that leaving it out changes no shape)."""
+        onnx_name = node.input[index]
+        value = self.env[onnx_name]
+        if isinstance(value, _Known) and value.value is not None and value.value.size == 1 \
+                and value.value.dtype.kind in "iuf":
+            ranks = [len(self.shape(i)) for j, i in enumerate(node.input) if i and j != index]
+            if ranks and value.value.ndim <= max(ranks):
+                return value.value.item()
+        return self.tensor(onnx_name)
+
+    def static(self, node: onnx.NodeProto, index: int) -> np.ndarray | None:
+        """The known value of operand ``index`` (None when the operand is absent).
+
+        Raises:
+            Unmappable: the operand is computed at run time.
+        """
+        if index >= len(node.input) or not node.input[index]:
+            return None
+        value = self.env[node.input[index]]
+        if isinstance(value, _Known) and value.value is None and value.initializer is not None:
+            value.value = numpy_helper.to_array(value.initializer, self.base_dir or "")
+        if not isinstance(value, _Known):
+            raise Unmappable(f"its operand '{node.input[index]}' is computed at run time, not known statically")
+        return value.value
+
+    def shape(self, onnx_name: str) -> tuple[int, ...]:
+        """The static shape of a graph tensor or known value."""
+        value = self.env[onnx_name]
+        if isinstance(value, _Known):
+            return tuple(value.initializer.dims) if value.value is None else value.value.shape
+        return self.b.type(value).shape
+
+    # ---------------------------------------------------------------- emitting
+
+    def emit(self, node: onnx.NodeProto, op: str, inputs: list, attrs: dict | None = None, out: int = 0) -> str:
+        """One op for output ``out`` of ``node``, stating ONNX's shape and dtype where known."""
+        onnx_name = node.output[out]
+        shape, elem_type = self.types.get(onnx_name, (None, None))
+        dtype = self.dtype(onnx_name, elem_type) if elem_type else None
+        return self.b.op(self.names[onnx_name], op, inputs, attrs, shape, dtype)
+
+    def helper(self, node: onnx.NodeProto, part: str, op: str, inputs: list, attrs: dict | None = None) -> str:
+        """An intermediate op of a decomposition, named ``OUTPUT_part``."""
+        return self.b.op(self.b.fresh(self.names[node.output[0]], part), op, inputs, attrs)
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _attr(node: onnx.NodeProto, key: str, default: Any = None) -> Any:
+    value = _attrs(node).get(key, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _used(node: onnx.NodeProto, count: int) -> bool:
+    """Whether outputs beyond the first ``count`` are named (used) by the model."""
+    return any(node.output[count:])
+
+
+# ---------------------------------------------------------------- static values (folded, never in the graph)
+
+
+def _shape_of(cx: _Converter, node: onnx.NodeProto) -> list[np.ndarray]:
+    shape = cx.shape(node.input[0])
+    start, end = _attr(node, "start", 0), _attr(node, "end", None)
+    if node.op_type == "Size":
+        return [np.array(math.prod(shape), dtype=np.int64)]
+    return [np.array(shape[start:end], dtype=np.int64)]
+
+
+def _constant(cx: _Converter, node: onnx.NodeProto) -> list[np.ndarray]:
+    attrs = _attrs(node)
+    if "value" in attrs:
+        return [numpy_helper.to_array(attrs["value"], cx.base_dir or "")]
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32), ("value_int", np.int64),
+                       ("value_ints", np.int64)):
+        if key in attrs:
+            return [np.array(attrs[key], dtype=dtype)]
+    raise GraphError(f"{cx.label}: op '{node.name}' (Constant): only dense numeric constants are supported")
+
+
+_STATIC: dict[str, Callable[[_Converter, onnx.NodeProto], list[np.ndarray]]] = {
+    "Shape": _shape_of, "Size": _shape_of, "Constant": _constant,
+}
+# Ops never evaluated at import time: random ones (a value per run).
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+# ---------------------------------------------------------------- converters
+
+Converter = Callable[[_Converter, onnx.NodeProto], Any]
+_CONVERTERS: dict[str, Converter] = {}
+
+
+def _register(*op_types: str):
+    def wrap(fn: Converter) -> Converter:
+        for op_type in op_types:
+            _CONVERTERS[op_type] = fn
+        return fn
+
+    return wrap
+
+
+def _elementwise(op: str) -> Converter:
+    def convert(cx: _Converter, node: onnx.NodeProto) -> str:
+        return cx.emit(node, op, [cx.operand(node, i) for i in range(len(node.input))])
+
+    return convert
+
+
+for _op_type, _op in {
+    "Add": "add", "Sub": "sub", "Mul": "mul", "Pow": "pow", "Equal": "eq", "Less": "lt", "Greater": "gt",
+    "LessOrEqual": "le", "GreaterOrEqual": "ge", "And": "logical_and", "Or": "logical_or", "Not": "logical_not",
+    "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log", "Tanh": "tanh", "Sigmoid": "sigmoid",
+    "Relu": "relu", "Erf": "erf", "Neg": "neg", "Abs": "abs", "Sin": "sin", "Cos": "cos", "Where": "where",
+}.items():
+    _register(_op_type)(_elementwise(_op))
+
+
+@_register("Div")
+def _div(cx: _Converter, node: onnx.NodeProto) -> str:
+    if cx.dtype(node.output[0]) not in ("float16", "bfloat16", "float32", "float64"):
+        raise Unmappable("integer Div truncates; format v1's div of integers gives float32")
+    return _elementwise("div")(cx, node)
+
+
+@_register("Identity", "Dropout")
+def _identity(cx: _Converter, node: onnx.NodeProto) -> str:
+    """An alias (Dropout in inference is one): a view, which moves no bytes."""
+    if _used(node, 1):
+        raise Unmappable("Dropout's mask output is used")
+    return _reshape_to(cx, node, list(cx.shape(node.input[0])))
+
+
+@_register("Gelu")
+def _gelu(cx: _Converter, node: onnx.NodeProto) -> str:
+    return cx.emit(node, "gelu", [cx.tensor(node.input[0])], {"approximate": _attr(node, "approximate", "none")})
+
+
+@_register("LeakyRelu")
+def _leaky_relu(cx: _Converter, node: onnx.NodeProto) -> str:
+    return cx.emit(node, "leaky_relu", [cx.tensor(node.input[0])], {"alpha": _attr(node, "alpha", 0.01)})
+
+
+@_register("Clip")
+def _clip(cx: _Converter, node: onnx.NodeProto) -> str:
+    if cx.opset < 11:
+        bounds = {"min": _attr(node, "min"), "max": _attr(node, "max")}
+    else:
+        bounds = {key: cx.static(node, i) for key, i in (("min", 1), ("max", 2))}
+        bounds = {k: (None if v is None else v.item()) for k, v in bounds.items()}
+    return cx.emit(node, "clamp", [cx.tensor(node.input[0])], {k: v for k, v in bounds.items() if v is not None})
+
+
+@_register("Cast", "CastLike")
+def _cast(cx: _Converter, node: onnx.NodeProto) -> str:
+    return cx.emit(node, "cast", [cx.tensor(node.input[0])], {"dtype": cx.dtype(node.output[0])})
+
+
+# ---------------------------------------------------------------- reductions
+
+# The opset from which each reduction takes its axes as an input rather than an attribute.
+_AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18, "ReduceProd": 18}
+
+
+@_register(*_AXES_INPUT_FROM)
+def _reduce(cx: _Converter, node: onnx.NodeProto) -> str:
+    x = cx.tensor(node.input[0])
+    if node.op_type == "ReduceMean" and cx.b.type(x).dtype not in ("float16", "bfloat16", "float32", "float64"):
+        raise Unmappable("integer ReduceMean truncates; format v1's reduce_mean of integers gives float32")
+    if cx.opset >= _AXES_INPUT_FROM[node.op_type]:
+        axes = cx.static(node, 1)
+        axes = None if axes is None else [int(a) for a in axes]
+    else:
+        axes = _attr(node, "axes")
+    keepdims = bool(_attr(node, "keepdims", 1))
+    if not axes:
+        if _attr(node, "noop_with_empty_axes", 0):
+            return _reshape_to(cx, node, list(cx.b.type(x).shape), x)
+        axes = None
+    op = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",
+          "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}[node.op_type]
+    return cx.emit(node, op, [x], {"keepdims": keepdims} if axes is None else {"axes": list(axes), "keepdims": keepdims})
+
+
+@_register("ArgMax", "ArgMin")
+def _arg_reduce(cx: _Converter, node: onnx.NodeProto) -> str:
+    if _attr(node, "select_last_index", 0):
+        raise Unmappable("select_last_index=1 picks the last extremum; format v1 picks the first")
+    attrs = {"axes": [_attr(node, "axis", 0)], "keepdims": bool(_attr(node, "keepdims", 1))}
+    return cx.emit(node, node.op_type.lower(), [cx.tensor(node.input[0])], attrs)
+
+
+# ---------------------------------------------------------------- composites
+
+
+@_register("Softmax", "LogSoftmax")
+def _softmax(cx: _Converter, node: onnx.NodeProto) -> str:
+    """From opset 13 over one axis (default -1); before, over the input flattened
+    to 2-D at ``axis`` (default 1), which is a reshape around a last-axis softmax."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    op = "softmax" if node.op_type == "Softmax" else "log_softmax"
+    if cx.opset >= 13:
+        return cx.emit(node, op, [x], {"axis": _attr(node, "axis", -1)})
+    axis = _attr(node, "axis", 1) % max(len(shape), 1)
+    if axis == len(shape) - 1:
+        return cx.emit(node, op, [x], {"axis": -1})
+    flat = cx.helper(node, "2d", "reshape", [x], {"shape": [math.prod(shape[:axis]), math.prod(shape[axis:])]})
+    return _reshape_to(cx, node, list(shape), cx.helper(node, op, op, [flat], {"axis": -1}))
+
+
+@_register("LayerNormalization")
+def _layer_norm(cx: _Converter, node: onnx.NodeProto) -> str:
+    if _used(node, 1):
+        raise Unmappable("the Mean and InvStdDev outputs are used")
+    x = cx.tensor(node.input[0])
+    rank = len(cx.b.type(x).shape)
+    axis = _attr(node, "axis", -1) % rank
+    inputs = [x] + [cx.tensor(i) for i in node.input[1:] if i]
+    attrs = {"axes": list(range(axis, rank)), "eps": _attr(node, "epsilon", 1e-5)}
+    return cx.emit(node, "layer_norm", inputs, attrs)
+
+
+@_register("BatchNormalization")
+def _batch_norm(cx: _Converter, node: onnx.NodeProto) -> str:
+    if _attr(node, "training_mode", 0) or _used(node, 1):
+        raise Unmappable("training-mode BatchNormalization (batch statistics)")
+    x, scale, bias, mean, var = (cx.tensor(i) for i in node.input[:5])
+    return batch_norm(cx.b, cx.names[node.output[0]], x, scale, bias, mean, var, _attr(node, "epsilon", 1e-5))
+
+
+# ---------------------------------------------------------------- contractions
+
+
+@_register("MatMul")
+def _matmul(cx: _Converter, node: onnx.NodeProto) -> str:
+    return cx.emit(node, "matmul", [cx.tensor(node.input[0]), cx.tensor(node.input[1])])
+
+
+@_register("Gemm")
+def _gemm(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``alpha * A' @ B' + beta * C``, each transpose and scale only where needed."""
+    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    if _attr(node, "transA", 0):
+        a = cx.helper(node, "a_t", "transpose", [a], {"perm": [1, 0]})
+    if _attr(node, "transB", 0):
+        b = cx.helper(node, "b_t", "transpose", [b], {"perm": [1, 0]})
+    alpha, beta = _attr(node, "alpha", 1.0), _attr(node, "beta", 1.0)
+    has_c = len(node.input) > 2 and node.input[2]
+    if not has_c and alpha == 1.0:
+        return cx.emit(node, "matmul", [a, b])
+    y = cx.helper(node, "mm", "matmul", [a, b])
+    if not has_c:
+        return cx.emit(node, "mul", [y, alpha])
+    if alpha != 1.0:
+        y = cx.helper(node, "alpha", "mul", [y, alpha])
+    c = cx.operand(node, 2)
+    if beta != 1.0:
+        c = cx.helper(node, "beta", "mul", [c, beta]) if isinstance(c, str) else c * beta
+    return cx.emit(node, "add", [y, c])
+
+
+def _same_pads(cx: _Converter, node: onnx.NodeProto, size: tuple[int, ...], kernel: list[int], strides: list[int],
+               dilations: list[int]) -> list[int]:
+    """ONNX ``pads`` [top, left, bottom, right] for ``auto_pad``."""
+    mode = _attr(node, "auto_pad", "NOTSET")
+    if mode == "NOTSET":
+        return list(_attr(node, "pads", [0, 0, 0, 0]))
+    if mode == "VALID":
+        return [0, 0, 0, 0]
+    begins, ends = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        total = max(0, (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n)
+        small, large = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else large)
+        ends.append(large if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+@_register("Conv")
+def _conv(cx: _Converter, node: onnx.NodeProto) -> str:
+    x, w = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    xs, ws = cx.b.type(x).shape, cx.b.type(w).shape
+    if len(xs) != 4:
+        raise Unmappable(f"only 2-D convolutions map to conv2d (input rank {len(xs)})")
+    strides, dilations = list(_attr(node, "strides", [1, 1])), list(_attr(node, "dilations", [1, 1]))
+    attrs = {"strides": strides, "pads": _same_pads(cx, node, xs[2:], list(ws[2:]), strides, dilations),
+             "dilations": dilations, "groups": _attr(node, "group", 1)}
+    inputs = [x, w] + ([cx.tensor(node.input[2])] if len(node.input) > 2 and node.input[2] else [])
+    return cx.emit(node, "conv2d", inputs, attrs)
+
+
+# ---------------------------------------------------------------- layout
+
+
+@_register("Transpose")
+def _transpose(cx: _Converter, node: onnx.NodeProto) -> str:
+    perm = _attr(node, "perm")
+    return cx.emit(node, "transpose", [cx.tensor(node.input[0])], {} if perm is None else {"perm": list(perm)})
+
+
+def _reshape_to(cx: _Converter, node: onnx.NodeProto, shape: list[int], tensor: str | None = None) -> str:
+    """A view of ``tensor`` (default: the node's first operand) with ``shape``."""
+    tensor = cx.tensor(node.input[0]) if tensor is None else tensor
+    return cx.emit(node, "reshape", [tensor], {"shape": [int(d) for d in shape]})
+
+
+@_register("Reshape")
+def _reshape(cx: _Converter, node: onnx.NodeProto) -> str:
+    """The target from the shape operand (0 copies the input's size unless
+    ``allowzero``), or ONNX's inferred shape when the operand is computed."""
+    inferred = cx.types.get(node.output[0], (None,))[0]
+    try:
+        target = [int(d) for d in cx.static(node, 1)]
+    except Unmappable:
+        if inferred is None:
+            raise
+        return _reshape_to(cx, node, list(inferred))
+    shape = cx.shape(node.input[0])
+    if not _attr(node, "allowzero", 0):
+        target = [shape[i] if d == 0 else d for i, d in enumerate(target)]
+    try:
+        return _reshape_to(cx, node, list(reshape_target(shape, target)))
+    except InferenceError as exc:
+        raise Unmappable(str(exc)) from None
+
+
+@_register("Flatten")
+def _flatten(cx: _Converter, node: onnx.NodeProto) -> str:
+    shape = cx.shape(node.input[0])
+    axis = _attr(node, "axis", 1) % (len(shape) + 1) if shape else 0
+    return _reshape_to(cx, node, [math.prod(shape[:axis]), math.prod(shape[axis:])])
+
+
+def _axes_of(cx: _Converter, node: onnx.NodeProto) -> list[int] | None:
+    """Unsqueeze/Squeeze axes: an attribute before opset 13, the second operand after."""
+    if cx.opset >= 13:
+        axes = cx.static(node, 1)
+        return None if axes is None else [int(a) for a in axes]
+    return _attr(node, "axes")
+
+
+@_register("Unsqueeze")
+def _unsqueeze(cx: _Converter, node: onnx.NodeProto) -> str:
+    shape = list(cx.shape(node.input[0]))
+    axes = _axes_of(cx, node)
+    rank = len(shape) + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        shape.insert(axis, 1)
+    return _reshape_to(cx, node, shape)
+
+
+@_register("Squeeze")
+def _squeeze(cx: _Converter, node: onnx.NodeProto) -> str:
+    shape = cx.shape(node.input[0])
+    axes = _axes_of(cx, node)
+    drop = {i for i, d in enumerate(shape) if d == 1} if axes is None else {a % len(shape) for a in axes}
+    return _reshape_to(cx, node, [d for i, d in enumerate(shape) if i not in drop])
+
+
+@_register("Expand")
+def _expand(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Bidirectional broadcasting: the result takes the larger size on every axis."""
+    x = cx.tensor(node.input[0])
+    target = broadcast_shapes([cx.b.type(x).shape, tuple(int(d) for d in cx.static(node, 1))])
+    return cx.emit(node, "broadcast_to", [x], {"shape": list(target)})
+
+
+@_register("Slice")
+def _slice(cx: _Converter, node: onnx.NodeProto) -> str:
+    """ONNX's own clamping and negative indices are the format's slice semantics."""
+    if cx.opset < 10:
+        starts, ends, axes, steps = _attr(node, "starts"), _attr(node, "ends"), _attr(node, "axes"), None
+    else:
+        starts, ends, axes, steps = (cx.static(node, i) for i in range(1, 5))
+    attrs = {"starts": [int(v) for v in starts], "ends": [int(v) for v in ends]}
+    if axes is not None:
+        attrs["axes"] = [int(v) for v in axes]
+    if steps is not None:
+        attrs["steps"] = [int(v) for v in steps]
+    return cx.emit(node, "slice", [cx.tensor(node.input[0])], attrs)
+
+
+@_register("Concat")
+def _concat(cx: _Converter, node: onnx.NodeProto) -> str:
+    return cx.emit(node, "concat", [cx.tensor(i) for i in node.input], {"axis": _attr(node, "axis")})
+
+
+@_register("Pad")
+def _pad(cx: _Converter, node: onnx.NodeProto) -> str:
+    mode = _attr(node, "mode", "constant")
+    if mode != "constant":
+        raise Unmappable(f"Pad mode '{mode}' (only constant padding maps to pad)")
+    x = cx.tensor(node.input[0])
+    rank = len(cx.b.type(x).shape)
+    if cx.opset < 11:
+        pads, value, axes = list(_attr(node, "pads")), _attr(node, "value", 0.0), None
+    else:
+        pads = [int(p) for p in cx.static(node, 1)]
+        value = cx.static(node, 2)
+        value = 0 if value is None else value.item()
+        axes = cx.static(node, 3)
+    if axes is not None:  # opset 18: pads for the listed axes only
+        full = [0] * (2 * rank)
+        for i, axis in enumerate(int(a) % rank for a in axes):
+            full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
+        pads = full
+    return cx.emit(node, "pad", [x], {"pads": pads, "value": value})
+
+
+@_register("Gather")
+def _gather(cx: _Converter, node: onnx.NodeProto) -> str:
+    """A known scalar index is a slice and a view; anything else is a gather."""
+    axis = _attr(node, "axis", 0)
+    value = cx.env[node.input[1]]
+    if isinstance(value, _Known) and value.value is not None and value.value.ndim == 0:
+        x = cx.tensor(node.input[0])
+        shape = cx.b.type(x).shape
+        axis %= len(shape)
+        index = int(value.value) % shape[axis]
+        picked = cx.helper(node, "slice", "slice", [x], {"starts": [index], "ends": [index + 1], "axes": [axis]})
+        return _reshape_to(cx, node, list(shape[:axis] + shape[axis + 1:]), picked)
+    return cx.emit(node, "gather", [cx.tensor(node.input[0]), cx.tensor(node.input[1])], {"axis": axis})
+
+
+@_register("Split")
+def _split(cx: _Converter, node: onnx.NodeProto) -> list[str]:
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    axis = _attr(node, "axis", 0) % len(shape)
+    sizes = _attr(node, "split") if cx.opset < 13 else cx.static(node, 1)
+    outputs = len(node.output)
+    if sizes is None:  # equal parts, the last one smaller (opset 18's num_outputs)
+        part = math.ceil(shape[axis] / outputs)
+        sizes = [min(part, shape[axis] - i * part) for i in range(outputs)]
+    starts = np.cumsum([0, *sizes])
+    return [cx.emit(node, "slice", [x], {"starts": [int(starts[i])], "ends": [int(starts[i + 1])], "axes": [axis]},
+                    out=i)
+            for i in range(outputs)]

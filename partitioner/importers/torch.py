@@ -1,0 +1,572 @@
+"""torch.export programs -> graph format v1 (the ``torch`` extra).
+
+The program is lowered to core ATen (``run_decompositions()``) and walked node by
+node. Every op states PyTorch's own shape and dtype (``node.meta["val"]``), so the
+loader checks the format's inference against PyTorch's; an op the format cannot
+express faithfully becomes ``custom`` with its ATen name as ``kind``. Only
+``meta["val"]`` is read, never a tensor's data, so programs exported from models
+on the ``meta`` device import the same way.
+
+Graph inputs: parameters, buffers and lifted constants under their qualified
+names (``layers.0.mlp.up.weight``), then the module's own inputs as ``input_0``,
+``input_1``, ... in the order torch.export flattens them. Inputs no op reads are
+left out.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx import Node
+
+from ..errors import GraphError
+from ..graph import Graph
+from ..ops import broadcast_shapes
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, report, sanitize
+
+DTYPES = {
+    torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
+    torch.int8: "int8", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+}
+
+_WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+SOURCE = f"torch.export core ATen (torch {torch.__version__})"
+
+
+def program_of(source: ExportedProgram | torch.nn.Module, example_inputs=None) -> ExportedProgram:
+    """``source`` itself, or ``torch.export.export(source, tuple(example_inputs))`` for a module.
+
+    Raises:
+        GraphError: a module without example inputs, or something else entirely.
+    """
+    if isinstance(source, ExportedProgram):
+        return source
+    if not isinstance(source, torch.nn.Module):
+        raise GraphError(f"<torch>: expected an ExportedProgram or a torch.nn.Module, got {type(source).__name__}")
+    if example_inputs is None:
+        raise GraphError(f"<torch>: exporting {type(source).__name__} needs example inputs")
+    return torch.export.export(source, tuple(example_inputs))
+
+
+def convert(program: ExportedProgram, name: str = "graph", source: str | None = None) -> ImportResult:
+    """An exported program as a format-v1 graph dict (not yet loaded).
+
+    Args:
+        program: from ``torch.export.export``; it is lowered to core ATen here.
+        name: the graph's name.
+        source: the graph's ``source`` text (default: :data:`SOURCE`).
+
+    Raises:
+        GraphError: a tensor whose dtype format v1 lacks (uint8, complex, ...), or a
+            symbolic (dynamic) dimension.
+    """
+    program = program.run_decompositions()
+    return _Converter(program, name, source or SOURCE).run()
+
+
+def load(source: ExportedProgram | torch.nn.Module, example_inputs=None, name: str | None = None,
+         verbose: bool = True) -> Graph:
+    """``partitioner.from_torch``: export if needed, convert, print the summary on
+    stderr when ``verbose``, and load (raises GraphError)."""
+    name = name or (type(source).__name__ if isinstance(source, torch.nn.Module) else "exported_program")
+    result = convert(program_of(source, example_inputs), name)
+    report(result, verbose)
+    return result.load()
+
+
+class _Const:
+    """A tensor every element of which is ``value`` (``aten.full`` and kin): a
+    literal where the op allows one, a ``custom`` op where a tensor is needed."""
+
+    def __init__(self, node: Node, value: float | int | bool):
+        self.node = node
+        self.value = value
+        self.name: str | None = None
+
+
+def _dtype(node: Node, val: Any) -> str:
+    try:
+        return DTYPES[val.dtype]
+    except KeyError:
+        raise GraphError(f"<torch>: op '{node.name}': dtype {val.dtype} has no format-v1 equivalent") from None
+
+
+def _shape(node: Node, val: Any) -> list[int]:
+    if not all(isinstance(d, int) for d in val.shape):
+        raise GraphError(f"<torch>: op '{node.name}': symbolic shape {list(val.shape)}; "
+                         "export with static shapes (no dynamic_shapes)")
+    return list(val.shape)
+
+
+def _literal(value: Any) -> int | float:
+    """A Python scalar as a format-v1 literal (booleans as 0 and 1)."""
+    return int(value) if isinstance(value, bool) else value
+
+
+class _Converter:
+    def __init__(self, program: ExportedProgram, name: str, source: str):
+        self.program = program
+        nodes = list(program.graph.nodes)
+        self.b = GraphBuilder(name, source, reserved=[n.name for n in nodes])
+        self.env: dict[Node, Any] = {}
+
+    # ---------------------------------------------------------------- driver
+
+    def run(self) -> ImportResult:
+        self._inputs()
+        for node in self.program.graph.nodes:
+            if node.op == "call_function":
+                self._call(node)
+        by_name = {n.name: n for n in self.program.graph.nodes}
+        outputs = [self.tensor(by_name[spec.arg.name]) for spec in self.program.graph_signature.output_specs
+                   if spec.kind == OutputKind.USER_OUTPUT and getattr(spec.arg, "name", None) in by_name]
+        for value in self.env.values():
+            if isinstance(value, _Const):
+                if value.name in self.b.types:
+                    self.b.count("custom", str(value.node.target), "a constant used where a tensor is needed")
+                else:
+                    self.b.count("folded")
+        return self.b.result(outputs)
+
+    def _inputs(self) -> None:
+        signature = self.program.graph_signature
+        user = 0
+        placeholders = {n.name: n for n in self.program.graph.nodes if n.op == "placeholder"}
+        for spec in signature.input_specs:
+            node = placeholders[spec.arg.name]
+            if spec.kind == InputKind.USER_INPUT:
+                name, user = f"input_{user}", user + 1
+            elif spec.kind in _WEIGHT_KINDS:
+                name = sanitize(spec.target)
+            else:
+                continue
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor) and any(u.meta.get("val") is not None or u.op == "output"
+                                                     for u in node.users):
+                self.env[node] = self.b.add_input(name, _shape(node, val), _dtype(node, val))
+
+    def _call(self, node: Node) -> None:
+        val = node.meta.get("val")
+        if node.target is operator.getitem:
+            parent = self.env.get(node.args[0])
+            if parent is not None:
+                self.env[node] = parent[node.args[1]]
+            return
+        if val is None and not node.users:  # _assert_tensor_metadata and other checks
+            return
+        kind = str(node.target)
+        mark = self.b.mark()
+        try:
+            if kind not in _CONVERTERS:
+                raise Unmappable("")
+            self.env[node] = _CONVERTERS[kind](self, node)
+            if not isinstance(self.env[node], _Const):  # counted at the end: a literal, or custom where a tensor
+                self.b.count("mapped")
+        except GraphError:
+            raise
+        except Exception as why:  # noqa: BLE001 - any op the converter cannot handle becomes custom, never a crash
+            self.b.rollback(mark)
+            self.env[node] = self._custom(node, kind)
+            reason = str(why) if isinstance(why, Unmappable) else f"converter failed: {type(why).__name__}: {why}"
+            self.b.count("custom", kind, reason)
+
+    # ---------------------------------------------------------------- values
+
+    def out(self, node: Node) -> tuple[list[int], str]:
+        """PyTorch's shape and dtype of a single-result node."""
+        val = node.meta["val"]
+        return _shape(node, val), _dtype(node, val)
+
+    def name(self, node: Node) -> str:
+        """The node's own name, unless a graph input already has it."""
+        return node.name if node.name not in self.b.types else self.b.fresh(node.name)
+
+    def results(self, node: Node) -> dict[int, str]:
+        """Names of the used results of a multi-result node: the node's name when one
+        result is used, otherwise the names of the ``getitem`` nodes that take them."""
+        taken = {}
+        for user in node.users:
+            if user.target is operator.getitem:
+                taken.setdefault(user.args[1], user.name)
+        if len(taken) == 1:
+            return {index: self.name(node) for index in taken}
+        return {index: (n if n not in self.b.types else self.b.fresh(n)) for index, n in taken.items()}
+
+    def tensor(self, arg: Any) -> str:
+        """The graph tensor of an fx argument (a constant becomes a ``custom`` op)."""
+        value = self.env.get(arg) if isinstance(arg, Node) else None
+        if value is None:
+            raise Unmappable(f"operand {arg!r} is not a tensor")
+        if isinstance(value, _Const):
+            if value.name not in self.b.types:  # not yet a graph tensor (or dropped by a rollback)
+                shape, dtype = self.out(value.node)
+                value.name = self.b.custom(self.name(value.node), str(value.node.target), [], shape, dtype)
+            return value.name
+        return value
+
+    def operand(self, arg: Any, node: Node) -> str | int | float:
+        """A tensor name or a literal: Python scalars, and constants that broadcast
+        away in ``node`` (its other tensor operands alone give its shape). A constant
+        stays a tensor when no other value operand is a tensor (``where(mask, full,
+        scalar_tensor)``): literals alone would promote to float64, not PyTorch's dtype."""
+        if not isinstance(arg, Node):
+            return _literal(arg)
+        value = self.env.get(arg)
+        if isinstance(value, _Const):
+            tensors = [a for a in node.args if isinstance(a, Node) and self._is_tensor(a)]
+            values = [a for a in tensors if not (node.target is torch.ops.aten.where.self and a is node.args[0])]
+            shapes = [self.b.type(self.tensor(a)).shape for a in tensors]
+            if values and list(broadcast_shapes(shapes)) == self.out(node)[0]:
+                return _literal(value.value)
+        return self.tensor(arg)
+
+    def _is_tensor(self, arg: Node) -> bool:
+        value = self.env.get(arg)
+        return isinstance(value, str) or (isinstance(value, _Const) and value.name in self.b.types)
+
+    def _custom(self, node: Node, kind: str) -> Any:
+        inputs = []
+        for arg in [*node.args, *node.kwargs.values()]:
+            for item in arg if isinstance(arg, (list, tuple)) else [arg]:
+                if isinstance(item, Node) and item in self.env:
+                    inputs.append(self.tensor(item))
+        inputs = list(dict.fromkeys(inputs))
+        val = node.meta.get("val")
+        if val is None:
+            raise GraphError(f"<torch>: op '{node.name}' ({kind}): torch.export recorded no shape for its result")
+        if isinstance(val, torch.Tensor):
+            shape, dtype = self.out(node)
+            return self.b.custom(self.name(node), kind, inputs, shape, dtype)
+        names = self.results(node)
+        return {i: self.b.custom(n, kind, inputs, _shape(node, val[i]), _dtype(node, val[i]))
+                for i, n in names.items()}
+
+    # ---------------------------------------------------------------- emitting
+
+    def emit(self, node: Node, op: str, inputs: list, attrs: dict | None = None) -> str:
+        """One op for ``node`` stating PyTorch's shape and dtype."""
+        shape, dtype = self.out(node)
+        return self.b.op(self.name(node), op, inputs, attrs, shape, dtype)
+
+    def helper(self, node: Node, part: str, op: str, inputs: list, attrs: dict | None = None) -> str:
+        """An intermediate op of a decomposition, named ``NODE_part``."""
+        return self.b.op(self.b.fresh(node.name, part), op, inputs, attrs)
+
+
+# ---------------------------------------------------------------- converters
+
+Converter = Callable[[_Converter, Node], Any]
+_CONVERTERS: dict[str, Converter] = {}
+
+
+def _register(*targets: str):
+    def wrap(fn: Converter) -> Converter:
+        for target in targets:
+            _CONVERTERS[target] = fn
+        return fn
+
+    return wrap
+
+
+def _arg(node: Node, index: int, key: str, default: Any = None) -> Any:
+    """Argument ``index`` of ``node``, or its keyword ``key``, or ``default``."""
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(key, default)
+
+
+def _axes(dims: Any, rank: int) -> list[int] | None:
+    """Reduction dims as format-v1 ``axes``: ``None`` (all) for ATen's None or []."""
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return None
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d % rank if rank else d for d in dims]
+
+
+def _simple(op: str) -> Converter:
+    def convert(cx: _Converter, node: Node) -> str:
+        return cx.emit(node, op, [cx.operand(a, node) for a in node.args])
+
+    return convert
+
+
+for _target, _op in {
+    "aten.abs.default": "abs", "aten.neg.default": "neg", "aten.exp.default": "exp", "aten.log.default": "log",
+    "aten.sqrt.default": "sqrt", "aten.rsqrt.default": "rsqrt", "aten.reciprocal.default": "reciprocal",
+    "aten.tanh.default": "tanh", "aten.sigmoid.default": "sigmoid", "aten.relu.default": "relu",
+    "aten.erf.default": "erf", "aten.sin.default": "sin", "aten.cos.default": "cos", "aten.silu.default": "silu",
+    "aten.logical_not.default": "logical_not", "aten.logical_and.default": "logical_and",
+    "aten.logical_or.default": "logical_or", "aten.clone.default": "identity",
+    "aten.lift_fresh_copy.default": "identity", "aten.mul.Tensor": "mul", "aten.mul.Scalar": "mul",
+    "aten.div.Tensor": "div", "aten.div.Scalar": "div", "aten.pow.Tensor_Tensor": "pow",
+    "aten.pow.Tensor_Scalar": "pow", "aten.pow.Scalar": "pow", "aten.maximum.default": "maximum",
+    "aten.minimum.default": "minimum", "aten.where.self": "where",
+    **{f"aten.{cmp}.{overload}": cmp for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for overload in ("Tensor", "Scalar")},
+}.items():
+    _register(_target)(_simple(_op))
+
+
+@_register("aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar")
+def _add_sub(cx: _Converter, node: Node) -> str:
+    a, b = (cx.operand(x, node) for x in node.args[:2])
+    alpha = _arg(node, 2, "alpha", 1)
+    if alpha != 1:  # a + alpha * b
+        b = cx.helper(node, "alpha", "mul", [b, _literal(alpha)]) if isinstance(b, str) else b * alpha
+    return cx.emit(node, "add" if "add" in str(node.target) else "sub", [a, b])
+
+
+_LOGICAL = {"aten.bitwise_and.Tensor": "logical_and", "aten.bitwise_or.Tensor": "logical_or",
+            "aten.bitwise_not.default": "logical_not"}
+
+
+@_register(*_LOGICAL)
+def _bitwise(cx: _Converter, node: Node) -> str:
+    if any(isinstance(a, Node) and a.meta["val"].dtype != torch.bool for a in node.args):
+        raise Unmappable("bitwise ops on integers have no format-v1 equivalent")
+    return cx.emit(node, _LOGICAL[str(node.target)], [cx.operand(a, node) for a in node.args])
+
+
+@_register("aten.gelu.default")
+def _gelu(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "gelu", [cx.tensor(node.args[0])], {"approximate": _arg(node, 1, "approximate", "none")})
+
+
+@_register("aten.leaky_relu.default")
+def _leaky_relu(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "leaky_relu", [cx.tensor(node.args[0])], {"alpha": _arg(node, 1, "negative_slope", 0.01)})
+
+
+@_register("aten.clamp.default", "aten.hardtanh.default")
+def _clamp(cx: _Converter, node: Node) -> str:
+    low_default, high_default = (-1.0, 1.0) if "hardtanh" in str(node.target) else (None, None)
+    attrs = {"min": _arg(node, 1, "min", low_default), "max": _arg(node, 2, "max", high_default)}
+    return cx.emit(node, "clamp", [cx.tensor(node.args[0])], {k: v for k, v in attrs.items() if v is not None})
+
+
+@_register("aten._to_copy.default")
+def _to_copy(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    _, dtype = cx.out(node)
+    if dtype == cx.b.type(x).dtype:  # .to() another device or layout: eager returns the tensor itself
+        return cx.emit(node, "reshape", [x], {"shape": cx.out(node)[0]})
+    return cx.emit(node, "cast", [x], {"dtype": dtype})
+
+
+@_register("aten.full.default", "aten.scalar_tensor.default", "aten.full_like.default")
+def _full(cx: _Converter, node: Node) -> _Const:
+    return _Const(node, node.args[0] if "scalar_tensor" in str(node.target) else node.args[1])
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def _reduce(op: str, has_dtype: bool = True) -> Converter:
+    def convert(cx: _Converter, node: Node) -> str:
+        x = cx.tensor(node.args[0])
+        rank = len(cx.b.type(x).shape)
+        axes = _axes(_arg(node, 1, "dim"), rank)
+        keepdim = bool(_arg(node, 2, "keepdim", False))
+        dtype = node.kwargs.get("dtype") if has_dtype else None
+        if dtype is not None:
+            x = cx.helper(node, "in", "cast", [x], {"dtype": DTYPES[dtype]})
+        attrs = {"keepdims": keepdim} if axes is None else {"axes": axes, "keepdims": keepdim}
+        return cx.emit(node, op, [x], attrs)
+
+    return convert
+
+
+for _target, _op in {"aten.sum.dim_IntList": "reduce_sum", "aten.mean.dim": "reduce_mean",
+                     "aten.prod.dim_int": "reduce_prod"}.items():
+    _register(_target)(_reduce(_op))
+for _target, _op in {"aten.amax.default": "reduce_max", "aten.amin.default": "reduce_min",
+                     "aten.argmax.default": "argmax", "aten.argmin.default": "argmin"}.items():
+    _register(_target)(_reduce(_op, has_dtype=False))
+
+
+_REDUCE_ALL = {"aten.sum.default": "reduce_sum", "aten.mean.default": "reduce_mean", "aten.prod.default": "reduce_prod"}
+
+
+@_register(*_REDUCE_ALL)
+def _reduce_all(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    if node.kwargs.get("dtype") is not None:
+        x = cx.helper(node, "in", "cast", [x], {"dtype": DTYPES[node.kwargs["dtype"]]})
+    return cx.emit(node, _REDUCE_ALL[str(node.target)], [x], {"keepdims": False})
+
+
+@_register("aten.any.dim", "aten.any.dims", "aten.any.default")
+def _any(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    if cx.b.type(x).dtype != "bool":  # any(x) = max(x != 0)
+        x = cx.helper(node, "nonzero", "ne", [x, 0])
+    axes = _axes(_arg(node, 1, "dim"), len(cx.b.type(x).shape))
+    keepdim = bool(_arg(node, 2, "keepdim", False))
+    return cx.emit(node, "reduce_max", [x], {"keepdims": keepdim} if axes is None else {"axes": axes, "keepdims": keepdim})
+
+
+@_register("aten.max.dim", "aten.min.dim")
+def _max_min_dim(cx: _Converter, node: Node) -> dict[int, str]:
+    x = cx.tensor(node.args[0])
+    axes = _axes(node.args[1], len(cx.b.type(x).shape))
+    attrs = {"axes": axes, "keepdims": bool(_arg(node, 2, "keepdim", False))}
+    ops = ("reduce_max", "argmax") if node.target.__name__.startswith("max") else ("reduce_min", "argmin")
+    val = node.meta["val"]
+    return {i: cx.b.op(n, ops[i], [x], attrs, _shape(node, val[i]), _dtype(node, val[i]))
+            for i, n in cx.results(node).items()}
+
+
+# ---------------------------------------------------------------- layout
+
+
+@_register("aten.view.default", "aten._unsafe_view.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+           "aten.squeeze.dims", "aten.squeeze.default", "aten.alias.default")
+def _view(cx: _Converter, node: Node) -> str:
+    shape, _ = cx.out(node)
+    return cx.emit(node, "reshape", [cx.tensor(node.args[0])], {"shape": shape})
+
+
+@_register("aten.expand.default")
+def _expand(cx: _Converter, node: Node) -> str:
+    shape, _ = cx.out(node)
+    return cx.emit(node, "broadcast_to", [cx.tensor(node.args[0])], {"shape": shape})
+
+
+@_register("aten.permute.default")
+def _permute(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    rank = len(cx.b.type(x).shape)
+    return cx.emit(node, "transpose", [x], {"perm": [d % rank for d in node.args[1]]})
+
+
+def _slice_attrs(dim: int, start: int, stop: int, step: int = 1) -> dict:
+    return {"axes": [dim], "starts": [start], "ends": [stop], "steps": [step]}
+
+
+@_register("aten.slice.Tensor")
+def _slice(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    shape = cx.b.type(x).shape
+    dim = _arg(node, 1, "dim", 0) % len(shape)
+    start, stop, step = slice(_arg(node, 2, "start"), _arg(node, 3, "end"), _arg(node, 4, "step", 1)).indices(shape[dim])
+    return cx.emit(node, "slice", [x], _slice_attrs(dim, start, stop, step))
+
+
+@_register("aten.select.int")
+def _select(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    shape = cx.b.type(x).shape
+    dim, index = node.args[1] % len(shape), node.args[2] % shape[node.args[1]]
+    picked = cx.helper(node, "slice", "slice", [x], _slice_attrs(dim, index, index + 1))
+    return cx.emit(node, "reshape", [picked], {"shape": cx.out(node)[0]})
+
+
+@_register("aten.split_with_sizes.default", "aten.split.Tensor")
+def _split(cx: _Converter, node: Node) -> dict[int, str]:
+    x = cx.tensor(node.args[0])
+    shape = cx.b.type(x).shape
+    dim = _arg(node, 2, "dim", 0) % len(shape)
+    sizes = node.args[1]
+    if isinstance(sizes, int):  # split.Tensor: pieces of that size, the last one shorter
+        sizes = [min(sizes, shape[dim] - s) for s in range(0, shape[dim], sizes)]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    val = node.meta["val"]
+    return {i: cx.b.op(n, "slice", [x], _slice_attrs(dim, starts[i], starts[i] + sizes[i]),
+                       _shape(node, val[i]), _dtype(node, val[i]))
+            for i, n in cx.results(node).items()}
+
+
+@_register("aten.cat.default")
+def _cat(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "concat", [cx.tensor(t) for t in node.args[0]], {"axis": _arg(node, 1, "dim", 0)})
+
+
+@_register("aten.constant_pad_nd.default")
+def _pad(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    rank = len(cx.b.type(x).shape)
+    pad = list(node.args[1])  # (last axis begin, last axis end, second-to-last begin, ...)
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
+    return cx.emit(node, "pad", [x], {"pads": begins + ends, "value": _literal(_arg(node, 2, "value", 0))})
+
+
+@_register("aten.embedding.default")
+def _embedding(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "gather", [cx.tensor(node.args[0]), cx.tensor(node.args[1])], {"axis": 0})
+
+
+@_register("aten.index_select.default")
+def _index_select(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "gather", [cx.tensor(node.args[0]), cx.tensor(node.args[2])], {"axis": node.args[1]})
+
+
+# ---------------------------------------------------------------- contractions and composites
+
+
+@_register("aten.mm.default", "aten.bmm.default")
+def _mm(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "matmul", [cx.tensor(node.args[0]), cx.tensor(node.args[1])])
+
+
+@_register("aten.addmm.default")
+def _addmm(cx: _Converter, node: Node) -> str:
+    """``beta * bias + alpha * (m1 @ m2)``: a matmul, then the bias add as its epilogue."""
+    bias, m1, m2 = (cx.tensor(a) for a in node.args[:3])
+    beta, alpha = _arg(node, 3, "beta", 1), _arg(node, 4, "alpha", 1)
+    _, dtype = cx.out(node)
+    y = cx.helper(node, "mm", "matmul", [m1, m2])
+    if alpha != 1:
+        y = cx.helper(node, "alpha", "mul", [y, alpha])
+    if beta != 1:
+        bias = cx.helper(node, "beta", "mul", [bias, beta])
+    return cx.emit(node, "add", [y, bias])
+
+
+@_register("aten.convolution.default")
+def _convolution(cx: _Converter, node: Node) -> str:
+    x, w, bias, stride, padding, dilation, transposed, _, groups = node.args
+    if transposed or len(stride) != 2:
+        raise Unmappable("only 2-D, non-transposed convolutions map to conv2d")
+    inputs = [cx.tensor(x), cx.tensor(w)] + ([cx.tensor(bias)] if bias is not None else [])
+    attrs = {"strides": list(stride), "pads": [padding[0], padding[1], padding[0], padding[1]],
+             "dilations": list(dilation), "groups": groups}
+    return cx.emit(node, "conv2d", inputs, attrs)
+
+
+@_register("aten._softmax.default", "aten._log_softmax.default")
+def _softmax(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    if node.args[2]:  # half_to_float: the softmax of the float32 input
+        x = cx.helper(node, "in", "cast", [x], {"dtype": "float32"})
+    op = "log_softmax" if "log" in str(node.target) else "softmax"
+    return cx.emit(node, op, [x], {"axis": node.args[1]})
+
+
+@_register("aten.native_layer_norm.default")
+def _layer_norm(cx: _Converter, node: Node) -> dict[int, str]:
+    x, normalized, weight, bias, eps = node.args
+    names = cx.results(node)
+    if set(names) != {0}:
+        raise Unmappable("the mean and rstd results of native_layer_norm are used")
+    rank = len(cx.b.type(cx.tensor(x)).shape)
+    inputs = [cx.tensor(x)] + [cx.tensor(t) for t in (weight, bias) if t is not None]
+    if weight is None and bias is not None:
+        raise Unmappable("layer_norm with a bias but no weight")
+    val = node.meta["val"][0]
+    attrs = {"axes": list(range(rank - len(normalized), rank)), "eps": eps}
+    return {0: cx.b.op(names[0], "layer_norm", inputs, attrs, _shape(node, val), _dtype(node, val))}
+
+
+@_register("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm(cx: _Converter, node: Node) -> dict[int, str]:
+    x, weight, bias, mean, var, _, eps = node.args
+    names = cx.results(node)
+    if set(names) != {0}:
+        raise Unmappable("the saved mean and invstd results of batch_norm are used")
+    optional = [cx.tensor(t) if t is not None else None for t in (weight, bias)]
+    return {0: batch_norm(cx.b, names[0], cx.tensor(x), *optional, cx.tensor(mean), cx.tensor(var), eps)}

@@ -1,0 +1,361 @@
+"""The torch.export importer: small modules exported and imported, run by
+``run_reference`` and compared with the module itself, op by op and at the outputs;
+naming, meta-device models, customs and the command line."""
+
+from __future__ import annotations
+
+import math
+import operator
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
+
+from torch import nn  # noqa: E402
+
+import partitioner  # noqa: E402
+from partitioner import cli, partition, run_reference  # noqa: E402
+from partitioner.dtypes import numpy_dtype  # noqa: E402
+from partitioner.importers import sanitize  # noqa: E402
+from partitioner.importers import torch as torch_importer  # noqa: E402
+
+TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2),
+             torch.int64: (0, 0), torch.bool: (0, 0)}
+
+
+# ---------------------------------------------------------------- the modules
+
+
+class MLP(nn.Module):
+    def __init__(self, d=16, hidden=32):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.down(nn.functional.gelu(self.up(x), approximate="tanh")) + x
+
+
+class Attention(nn.Module):
+    """Causal softmax attention with a masked_fill of -inf, as eager GPT-2 computes it."""
+
+    def __init__(self, d=16, heads=2, context=8):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d, bias=False)
+        self.register_buffer("mask", torch.ones(context, context, dtype=torch.bool).triu(1))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads)
+        scores = scores.masked_fill(self.mask[:s, :s], float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v
+        return self.out(y.transpose(1, 2).reshape(b, s, d))
+
+
+class ConvBnRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, groups=4)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.bn(self.conv(x))))
+
+
+class RMSNormGatedMLP(nn.Module):
+    """LLaMA's block tail: RMSNorm (in float32), then down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, d=16, hidden=40):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d))
+        self.gate, self.up, self.down = (nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False),
+                                         nn.Linear(hidden, d, bias=False))
+
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        h = self.weight * h.to(x.dtype)
+        return self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class RoPE(nn.Module):
+    """Rotary position embedding on a [batch, heads, seq, dim] tensor, cos/sin as buffers."""
+
+    def __init__(self, dim=8, seq=6):
+        super().__init__()
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.outer(torch.arange(seq).float(), inv_freq)
+        self.register_buffer("cos", torch.cat([angles, angles], -1).cos())
+        self.register_buffer("sin", torch.cat([angles, angles], -1).sin())
+
+    def forward(self, x):
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        seq = x.shape[2]
+        return x * self.cos[:seq] + rotated * self.sin[:seq]
+
+
+class LayerNormSoftmax(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return torch.log_softmax(self.norm(x), dim=-1), x.sum(dim=1), x.amax(-1), x.mean()
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(dtype)
+
+
+MODULES = {
+    "mlp_gelu": (MLP, lambda: (randn(2, 5, 16),)),
+    "layernorm_softmax": (LayerNormSoftmax, lambda: (randn(3, 4, 16),)),
+    "attention": (Attention, lambda: (randn(2, 6, 16),)),
+    "conv_bn_relu": (ConvBnRelu, lambda: (randn(2, 3, 9, 9),)),
+    "rmsnorm_gated_mlp": (RMSNormGatedMLP, lambda: (randn(2, 5, 16),)),
+    "rope": (RoPE, lambda: (randn(2, 3, 6, 8),)),
+}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def torch_values(program, inputs) -> dict[str, torch.Tensor]:
+    """Every node's value when the lowered program runs in PyTorch, by node name (a
+    multi-result node whose one used result a getitem takes: that result)."""
+    state = {**program.state_dict, **program.constants}
+    args = [state[spec.target] if spec.target else None for spec in program.graph_signature.input_specs]
+    user = iter(inputs)
+    args = [next(user) if a is None else a for a in args]
+    values: dict[str, torch.Tensor] = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, node):
+            out = super().run_node(node)
+            values[node.name] = out
+            if node.target is operator.getitem and len({u.args[1] for u in node.args[0].users}) == 1:
+                values[node.args[0].name] = out
+            return out
+
+    Recorder(program.graph_module).run(*args)
+    return values
+
+
+def compare(name, got: np.ndarray, want: torch.Tensor):
+    rtol, atol = TOLERANCE[want.dtype]
+    want_np = want.detach().float().numpy() if want.dtype == torch.bfloat16 else want.detach().numpy()
+    assert got.shape == tuple(want.shape), name
+    assert str(got.dtype) == str(want.dtype).removeprefix("torch."), (name, got.dtype, want.dtype)
+    np.testing.assert_allclose(got.astype(np.float64), want_np.astype(np.float64), rtol=rtol, atol=atol,
+                               err_msg=name)
+
+
+def import_and_run(module, inputs):
+    """Import ``module``; run the graph with the module's own weights and inputs."""
+    module = module.eval()
+    program = torch.export.export(module, inputs).run_decompositions()
+    result = torch_importer.convert(program, type(module).__name__)
+    graph = result.load()
+    state = {**program.state_dict, **program.constants}
+    feeds = {sanitize(spec.target): state[spec.target] for spec in program.graph_signature.input_specs
+             if spec.target in state}
+    feeds.update({f"input_{i}": t for i, t in enumerate(inputs)})
+    feeds = {k: (v.detach().float().numpy().astype(numpy_dtype("bfloat16")) if v.dtype == torch.bfloat16
+                 else v.detach().numpy()) for k, v in feeds.items() if k in graph.inputs}
+    return program, result, graph, run_reference(graph, feeds)
+
+
+# ---------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize("key", MODULES)
+def test_module_is_reproduced_op_by_op(key):
+    make, inputs = MODULES[key]
+    torch.manual_seed(0)
+    module, inputs = make(), inputs()
+    program, result, graph, got = import_and_run(module, inputs)
+    assert not result.summary.custom, result.summary.text(key)
+    expected = torch_values(program, inputs)
+    compared = 0
+    for name, op in graph.ops.items():
+        if name in expected and isinstance(expected[name], torch.Tensor):
+            compare(name, got[name], expected[name])
+            compared += 1
+    assert compared >= len([n for n in program.graph.nodes if n.op == "call_function"]) // 2
+    with torch.no_grad():
+        outputs = module(*inputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    assert len(outputs) == len(graph.outputs)
+    for name, want in zip(graph.outputs, outputs):
+        compare(name, got[name], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("key", ["mlp_gelu", "rmsnorm_gated_mlp", "layernorm_softmax", "conv_bn_relu"])
+def test_half_precision_modules(key, dtype):
+    make, inputs = MODULES[key]
+    torch.manual_seed(0)
+    module = make().to(dtype)
+    inputs = tuple(t.to(dtype) for t in inputs())
+    _, result, graph, got = import_and_run(module, inputs)
+    with torch.no_grad():
+        outputs = module(*inputs)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    for name, want in zip(graph.outputs, outputs):
+        compare(name, got[name], want)
+
+
+# ---------------------------------------------------------------- naming, meta device, customs
+
+
+def test_inputs_are_qualified_names_then_input_i():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([RMSNormGatedMLP(), RMSNormGatedMLP()])
+            self.unused = nn.Linear(2, 2)
+
+        def forward(self, x, y):
+            return self.layers[1](self.layers[0](x)) + y
+
+    graph = partitioner.from_torch(Block(), (randn(2, 16), randn(2, 16)), verbose=False)
+    names = list(graph.inputs)
+    assert names[:4] == ["layers.0.weight", "layers.0.gate.weight", "layers.0.up.weight", "layers.0.down.weight"]
+    assert names[-2:] == ["input_0", "input_1"] and "unused.weight" not in names
+    assert graph.name == "Block"
+
+
+def test_meta_device_models_import_without_weights():
+    with torch.device("meta"):
+        module = RMSNormGatedMLP(d=4096, hidden=11008).to(torch.bfloat16)
+        x = torch.zeros(4, 2048, 4096, dtype=torch.bfloat16)
+    graph = partitioner.from_torch(module, (x,), verbose=False)
+    assert graph.inputs["gate.weight"].shape == (11008, 4096) and graph.inputs["gate.weight"].dtype == "bfloat16"
+    assert graph.tensor(graph.outputs[0]).shape == (4, 2048, 4096)
+
+
+def test_unmappable_ops_become_custom_and_the_graph_plans(capsys):
+    class Odd(nn.Module):
+        def forward(self, x, i):
+            return torch.cumsum(x, 1).relu(), torch.div(i, 3, rounding_mode="floor"), x.sort(dim=-1).values * 2
+
+    graph = partitioner.from_torch(Odd(), (randn(4, 8), torch.arange(8)))
+    err = capsys.readouterr().err
+    assert "custom aten.cumsum.default x1" in err and "custom aten.div.Tensor_mode x1" in err
+    assert "custom aten.sort.default x1" in err
+    custom = {op.attrs["kind"]: op for op in graph.ops.values() if op.kind == "custom"}
+    assert custom["aten.cumsum.default"].out.shape == (4, 8) and custom["aten.div.Tensor_mode"].out.dtype == "int64"
+    assert partition(graph, "ilp").solver.status == "OPTIMAL"
+
+
+def test_constants_become_literals_where_they_broadcast_away():
+    class Masked(nn.Module):
+        def forward(self, x):
+            return torch.where(x > 0, x, torch.full((), 0.5)) * torch.scalar_tensor(2.0)
+
+    _, result, _, got = import_and_run(Masked(), (randn(2, 3),))
+    ops = {o["name"]: o for o in result.graph["ops"]}
+    assert ops["where"]["inputs"][1:] == ["input_0", 0.5] and ops["mul"]["inputs"] == ["where", 2.0]
+    compare("mul", got["mul"], Masked()(randn(2, 3)))
+
+    class Constants(nn.Module):
+        def forward(self, x):
+            mask = torch.where(x > 0, torch.full((), 0.0, dtype=torch.float16), torch.scalar_tensor(-65504.0,
+                                                                                              dtype=torch.float16))
+            return mask, torch.full((3,), 2.0)
+
+    result = torch_importer.convert(torch.export.export(Constants(), (randn(2, 3),)), "constants")
+    graph = result.load()
+    # where's values cannot both be literals (they would promote to float64): one stays a tensor
+    assert graph.ops["where"].inputs[1:] == ("full", -65504.0) and graph.ops["full"].kind == "custom"
+    assert graph.ops["full_1"].kind == "custom"  # a constant output stays a tensor
+    assert all(op.promoted == op.out.dtype for op in graph.ops.values())
+    assert result.summary.folded == 1 and result.summary.custom == {"aten.full.default": 2}
+
+
+def test_no_hidden_conversions():
+    """Where the format's promotion differs from PyTorch's (float16 plus a float32 0-d
+    tensor is float16), the op computes in the promoted dtype and an explicit cast follows."""
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("scale", torch.tensor(3.0))
+
+        def forward(self, x):
+            return x * self.scale
+
+    x = randn(4, dtype=torch.float16)
+    _, result, graph, got = import_and_run(Mixed(), (x,))
+    assert [(o["name"], o["op"], o["dtype"]) for o in result.graph["ops"]] == [
+        ("mul_compute", "mul", "float32"), ("mul", "cast", "float16")]
+    compare("mul", got["mul"], Mixed()(x))
+
+
+# ---------------------------------------------------------------- the command line
+
+
+FACTORY = textwrap.dedent("""
+    import dataclasses
+
+    import torch
+
+    @dataclasses.dataclass
+    class Config:
+        d: int
+
+    class Tiny(torch.nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.proj = torch.nn.Linear(Config(d).d, d)
+
+        def forward(self, x):
+            return torch.softmax(self.proj(x), -1)
+
+    def make(batch=2, d=8):
+        return Tiny(d), (torch.zeros(batch, d),)
+
+    def program():
+        return torch.export.export(Tiny(4), (torch.zeros(3, 4),))
+
+    def broken():
+        raise RuntimeError("no such checkpoint")
+""")
+
+
+def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys):
+    module = tmp_path / "models.py"
+    module.write_text(FACTORY)
+    out = tmp_path / "tiny.yaml"
+    assert cli.main(["import", f"{module}:make", "-o", str(out), "--dim", "batch=16", "--dim", "d=32"]) == 0
+    err = capsys.readouterr().err
+    assert "import tiny:" in err and "0 custom" in err and f"wrote {out}" in err
+    graph = partitioner.load_graph(out)
+    assert graph.inputs["input_0"].shape == (16, 32) and "proj.weight" in graph.inputs
+    assert "models.py:make(batch=16, d=32) via torch.export core ATen" in graph.source
+
+    saved = tmp_path / "tiny.pt2"
+    torch.export.save(torch.export.export(MLP(), (randn(2, 16),)), saved)
+    assert cli.main(["import", str(saved), "-o", str(tmp_path / "mlp.yaml")]) == 0
+    assert "up.weight" in partitioner.load_graph(tmp_path / "mlp.yaml").inputs
+
+
+@pytest.mark.parametrize("source, message", [
+    ("{module}:broken", "the factory raised RuntimeError: no such checkpoint"),
+    ("{module}:missing", "cannot load the factory (AttributeError"),
+    ("no_such_package.models:make", "cannot load the factory (ModuleNotFoundError"),
+    ("{tmp}/absent.py:make", "absent.py: no such file"),
+    ("{tmp}/absent.pt2", "absent.pt2: no such file"),
+])
+def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source, message):
+    module = tmp_path / "models.py"
+    module.write_text(FACTORY)
+    source = source.format(module=module, tmp=tmp_path)
+    assert cli.main(["import", source, "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
