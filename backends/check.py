@@ -39,7 +39,9 @@ TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-
 @dataclass(frozen=True)
 class OutputCheck:
     """One graph output compared with the reference: the largest absolute error and
-    the largest error relative to the reference's largest magnitude."""
+    the largest error relative to the reference's largest magnitude (both inf when
+    NaN or inf sit at other positions than in the reference). ``dtype`` is the one
+    whose tolerance applied."""
 
     name: str
     dtype: str
@@ -60,7 +62,7 @@ def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputC
     diff = np.abs(np.where(special, 0.0, g) - finite_w)
     scale = np.max(np.abs(finite_w), initial=0.0)
     ok = same_special and bool(np.all(diff <= atol + rtol * np.abs(finite_w)))
-    max_abs = float(np.max(diff, initial=0.0))
+    max_abs = float(np.max(diff, initial=0.0)) if same_special else float("inf")
     return OutputCheck(name, dtype, max_abs, float(max_abs / scale) if scale else max_abs, ok)
 
 
@@ -92,9 +94,34 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     if custom:
         raise BackendError(f"op '{custom[0]}' is custom and has no semantics: the plan cannot be run and checked")
     inputs = {**random_inputs(g, seed), **(inputs or {})}
-    reference = run_reference(g, inputs)
+    try:
+        reference = run_reference(g, inputs)
+    except ValueError as exc:
+        raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
     storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
-    return [compare(t, g.tensor(t).dtype, output_value(g, storages, t), reference[t]) for t in g.outputs]
+    return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
+
+
+_PRECISION = ("bfloat16", "float16", "float32", "float64")
+
+
+def tolerance_dtype(graph: Graph, tensor: str) -> str:
+    """The dtype whose tolerance applies to ``tensor``: the least precise float dtype
+    anything upstream of it computed or stored in (a float64 output of float32
+    math is only as exact as float32); its own dtype if it is not a float."""
+    own = graph.tensor(tensor).dtype
+    if own not in _PRECISION:
+        return own
+    worst = own
+    names = [tensor] if tensor in graph.ops else []
+    if names:
+        names += graph.names(graph.ancestors_mask[graph.index[tensor]])
+    for name in names:
+        op = graph.ops[name]
+        for dtype in (op.promoted, op.out.dtype):
+            if dtype in _PRECISION and _PRECISION.index(dtype) < _PRECISION.index(worst):
+                worst = dtype
+    return worst
 
 
 def check_table(checks: list[OutputCheck], title: str, width: int = 200) -> str:

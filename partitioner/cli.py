@@ -162,8 +162,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-ops must be at least 1")
     if args.emit and not args.out:
         parser.error("--emit needs --out DIR")
+    if args.out and not args.emit:
+        parser.error("--out is the directory of --emit: add --emit cuda")
+    if not args.run and (args.emulate or args.backend != "numpy" or args.seed != 0):
+        parser.error("--backend, --emulate and --seed apply to --run: add --run")
+    if args.arch != "sm_90" and not args.compile:
+        parser.error("--arch applies to --compile: add --compile")
     if args.emulate and args.backend != "cuda":
         parser.error("--emulate runs the cuda backend: add --backend cuda")
+    if args.seed < 0:
+        parser.error("--seed must be a non-negative integer")
     try:
         return _run(args)
     except (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError, DrawError) as exc:

@@ -326,6 +326,7 @@ def _infer_pad(operands, attrs):
         raise InferenceError(f"pads has {len(pads)} numbers, expected 2 x rank = {2 * rank}")
     if any(p < 0 for p in pads):
         raise InferenceError(f"pads {pads} has a negative number")
+    check_literal_range([attrs["value"]], x.dtype)
     return TensorType(tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(x.shape)), x.dtype)
 
 
@@ -425,7 +426,7 @@ def _flops_conv2d(operands, attrs, out) -> int:
 
 def _as_compute(value, dtype: str):
     """A tensor or literal converted to ``dtype`` (a literal becomes a 0-d array)."""
-    return np.asarray(value).astype(numpy_dtype(dtype))
+    return cast_array(value, dtype)
 
 
 def _ref_map(fn: Callable[..., np.ndarray], compute_in: str = "result"):
@@ -443,7 +444,7 @@ def _ref_map(fn: Callable[..., np.ndarray], compute_in: str = "result"):
             dtype = compute_dtype(out.dtype)
         with np.errstate(all="ignore"):
             result = fn(*[_as_compute(v, dtype) for v in values], **attrs)
-        return np.broadcast_to(result, out.shape).astype(numpy_dtype(out.dtype))
+        return cast_array(np.broadcast_to(result, out.shape), out.dtype)
 
     return reference
 
@@ -486,9 +487,10 @@ def _ref_cast(values, attrs, operand_types, out):
 
 
 def _ref_where(values, attrs, operand_types, out):
-    dtype = numpy_dtype(out.dtype)
+    # a literal enters in the compute dtype, like every elementwise operand
+    dtype = compute_dtype(out.dtype)
     cond = np.asarray(values[0]).astype(bool)
-    return np.where(cond, np.asarray(values[1]).astype(dtype), np.asarray(values[2]).astype(dtype)).astype(dtype)
+    return cast_array(np.where(cond, _as_compute(values[1], dtype), _as_compute(values[2], dtype)), out.dtype)
 
 
 def _ref_reduce(fn: Callable[..., np.ndarray]):
@@ -501,7 +503,7 @@ def _ref_reduce(fn: Callable[..., np.ndarray]):
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty row is NaN, as intended
             result = fn(x.astype(numpy_dtype(acc)), axis=axes, keepdims=attrs["keepdims"])
-        return np.asarray(result).astype(numpy_dtype(out.dtype))
+        return cast_array(result, out.dtype)
 
     return reference
 
@@ -546,14 +548,16 @@ def _ref_pad(values, attrs, operand_types, out):
     x = values[0]
     pads = attrs["pads"]
     rank = x.ndim
+    value = cast_array(attrs["value"], operand_types[0].dtype)
+    if rank == 0:
+        return x.copy()
     widths = [(pads[i], pads[i + rank]) for i in range(rank)]
-    value = np.asarray(attrs["value"]).astype(x.dtype)
     return np.pad(x, widths, mode="constant", constant_values=value)
 
 
 def _ref_matmul(values, attrs, operand_types, out):
     dtype = numpy_dtype(compute_dtype(out.dtype) if out.dtype in FLOATS else out.dtype)
-    return np.matmul(values[0].astype(dtype), values[1].astype(dtype)).astype(numpy_dtype(out.dtype))
+    return cast_array(np.matmul(values[0].astype(dtype), values[1].astype(dtype)), out.dtype)
 
 
 def _ref_conv2d(values, attrs, operand_types, out):
@@ -573,7 +577,7 @@ def _ref_conv2d(values, attrs, operand_types, out):
     result = np.einsum("ngchwij,gocij->ngohw", windows, weights).reshape(out.shape)
     if len(values) == 3:
         result = result + values[2].astype(dtype).reshape(1, o, 1, 1)
-    return result.astype(numpy_dtype(out.dtype))
+    return cast_array(result, out.dtype)
 
 
 def _ref_gather(values, attrs, operand_types, out):

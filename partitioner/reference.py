@@ -52,7 +52,10 @@ def run_op(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray
     op = graph.ops[name]
     operands = [values[i] if isinstance(i, str) else i for i in op.inputs]
     types = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
-    result = np.asarray(op.spec.reference(operands, op.attrs, types, TensorType(op.out.shape, op.promoted)))
+    try:
+        result = np.asarray(op.spec.reference(operands, op.attrs, types, TensorType(op.out.shape, op.promoted)))
+    except IndexError as exc:  # data-dependent: a gather index outside its axis
+        raise ValueError(f"op '{name}': {exc}") from None
     return result if op.out.dtype == op.promoted else cast_array(result, op.out.dtype)
 
 
@@ -68,7 +71,8 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
         Tensor name -> array, for every graph input and every op.
 
     Raises:
-        ValueError: a given input has the wrong shape or dtype, or names no input.
+        ValueError: a given input has the wrong shape or dtype, or names no input, or
+            a gather index is outside its axis.
         NotImplementedError: the graph has a ``custom`` op (it has no semantics).
     """
     given = dict(inputs or {})

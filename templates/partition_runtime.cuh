@@ -119,7 +119,7 @@ struct part_min_op {
 };
 template <class T, class Op> PART_DEV T part_warp_reduce(T v, Op op) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1) v = op(v, (T)__shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 // argmax/argmin: the first NaN wins, then the extreme value, then the lowest index (NumPy).
@@ -132,8 +132,8 @@ template <bool MAX, class T> PART_DEV bool part_arg_better(T v2, int64_t i2, T v
 template <bool MAX, class T> PART_DEV void part_warp_arg(T& v, int64_t& i) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    const T v2 = __shfl_xor_sync(0xffffffffu, v, offset);
-    const int64_t i2 = __shfl_xor_sync(0xffffffffu, i, offset);
+    const T v2 = (T)__shfl_xor_sync(0xffffffffu, v, offset);
+    const int64_t i2 = (int64_t)__shfl_xor_sync(0xffffffffu, i, offset);
     if (part_arg_better<MAX>(v2, i2, v, i)) { v = v2; i = i2; }
   }
 }

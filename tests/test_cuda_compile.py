@@ -123,3 +123,43 @@ def test_cli_refuses_to_run_custom_ops(capsys):
     assert cli.main([graph, "--strategy", "greedy", "--run", "--backend", "numpy"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "custom" in err and "'arange'" in err
+
+
+@needs_nvcc
+def test_integer_reductions_and_converting_gathers_compile():
+    g = make_graph({"i": ([5, 9], "int8"), "b": ([5, 9], "bool"), "t": ([7, 5], "int64"), "k": ([3], "int32")}, [
+        op("mx", "reduce_max", ["i"], axes=[1]), op("mn", "reduce_min", ["b"], axes=[0]),
+        op("am", "argmax", ["b"], axes=[1]),
+        {"name": "g", "op": "gather", "inputs": ["t", "k"], "attrs": {"axis": 0}, "dtype": "bfloat16"}],
+        ["mx", "mn", "am", "g"])
+    for strategy in ("none", "ilp"):
+        compile_kernels(render(partition(g, strategy)).kernels, "sm_80")
+
+
+def test_emit_only_deletes_its_own_files(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    out = tmp_path / "k"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"files": [str(victim), "../victim.txt"]}))
+    write(render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp")), out)
+    assert victim.read_text() == "keep"
+    (out / "manifest.json").write_text("{bad")
+    with pytest.raises(EmitError, match="not a manifest of this tool"):
+        write(render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp")), out)
+
+
+def test_flags_without_their_action_are_rejected(capsys):
+    graph = str(ROOT / "graphs" / "layernorm_f16.yaml")
+    for args in (["--backend", "cuda"], ["--emulate"], ["--out", "k"], ["--arch", "sm_80"], ["--run", "--seed", "-1"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main([graph, *args])
+        assert info.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_data_dependent_gather_indices_out_of_range_are_a_clean_error(capsys):
+    path = ROOT / "tests" / "data" / "computed_indices.yaml"
+    assert cli.main([str(path), "--run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "op 'g'" in err and "out of range" in err

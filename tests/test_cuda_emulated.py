@@ -265,3 +265,62 @@ def test_empty_tensors_need_no_kernel_and_empty_means_are_nan():
                    [op("m", "matmul", ["x", "w"]), op("e", "exp", ["m"]), op("s", "reduce_sum", ["r"], axes=[1]),
                     op("mean", "reduce_mean", ["r"], axes=[1])], ["e", "s", "mean"])
     check(g)
+
+
+# ---------------------------------------------------------------- regressions from a break-it pass
+
+
+def test_stated_integer_dtypes_of_layout_ops_convert_like_numpy():
+    g = make_graph({"x": [3]}, [
+        {"name": "p", "op": "pad", "inputs": ["x"], "attrs": {"pads": [1, 0], "value": 127}, "dtype": "int8"},
+        op("a", "add", ["x", 127.0]),
+        {"name": "c", "op": "concat", "inputs": ["a"], "attrs": {"axis": 0}, "dtype": "int8"},
+        {"name": "big", "op": "pad", "inputs": ["x"], "attrs": {"pads": [1, 0], "value": 1.0e10}, "dtype": "int32"}],
+        ["p", "c", "big"])
+    check(g, ("none", "ilp"), inputs={"x": np.array([0.2, -3.7, 9.9], np.float32)})
+
+
+def test_pad_values_round_to_the_tensor_dtype_and_fuse_bit_identically():
+    g = make_graph({"x": ([4], "float16")}, [op("p", "pad", ["x"], pads=[1, 0], value=70000),
+                                             op("q", "pad", ["x"], pads=[0, 2], value=0.1),
+                                             op("y", "mul", ["p", 0.5]), op("z", "mul", ["q", 3.0])], ["y", "z"],
+                   dtype="float16")
+    check(g, ("none", "greedy", "ilp"))
+    values = random_inputs(g, 2)
+    bits = [EMULATOR.run(EMULATOR.build(EMULATOR.render(partition(g, s))), values)["z"].view(np.uint16)
+            for s in ("none", "ilp")]
+    assert np.array_equal(bits[0], bits[1])
+
+
+def test_where_with_a_literal_rounds_the_literal_like_the_reference():
+    g = make_graph({"c": ([4], "bool"), "x": ([4], "float16")}, [op("w", "where", ["c", "x", 65519.999])], ["w"],
+                   dtype="float16")
+    check(g)
+
+
+def test_empty_computed_tensors_feeding_non_empty_results():
+    g = make_graph({"x": [4]}, [op("s", "slice", ["x"], starts=[2], ends=[2]),
+                                op("p", "pad", ["s"], pads=[1, 1], value=3.0), op("e", "exp", ["s"]),
+                                op("r", "reduce_sum", ["e"])], ["p", "r"])
+    check(g, ("none", "ilp"))
+
+
+def test_deep_layout_chains_render_linear_not_exponential_code():
+    ops, prev = [], "x"
+    for k in range(12):
+        ops += [op(f"s{k}", "slice", [prev], starts=[1], ends=[1000]), op(f"p{k}", "pad", [f"s{k}"], pads=[0, 1]),
+                op(f"v{k}", "add", [prev, f"p{k}"])]
+        prev = f"v{k}"
+    g = make_graph({"x": [64]}, ops, [prev])
+    kernels = render(partition(g, "greedy")).kernels
+    assert sum(len(k.source) for k in kernels) < 100_000
+    check(g, ("greedy",))
+
+
+def test_integer_and_bool_max_min_and_half_gathers_of_int64_data():
+    g = make_graph({"i": ([5, 9], "int8"), "b": ([5, 9], "bool"), "t": ([7, 5], "int64"), "k": ([3], "int32")}, [
+        op("mx", "reduce_max", ["i"], axes=[1]), op("mn", "reduce_min", ["b"], axes=[0]),
+        op("am", "argmax", ["b"], axes=[1]),
+        {"name": "g", "op": "gather", "inputs": ["t", "k"], "attrs": {"axis": 0}, "dtype": "float16"}],
+        ["mx", "mn", "am", "g"])
+    check(g, inputs={"k": np.array([0, -1, 3], np.int32)})

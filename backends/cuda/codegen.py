@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.dtypes import FLOATS, HALFS, compute_dtype, promote
+from partitioner.dtypes import FLOATS, HALFS, cast_array, compute_dtype, promote
 from partitioner.graph import Graph, Op
 from partitioner.ops import TensorType, normalize_axis, slice_params, transpose_perm
 
@@ -41,10 +41,12 @@ def storage_type(dtype: str) -> str:
 
 
 def literal(value: float | int, dtype: str) -> str:
-    """An exact C++ literal of ``value`` in register type of ``dtype``."""
+    """An exact C++ literal of ``value`` converted to ``dtype`` as NumPy converts it
+    (float16 rounds to float16, a float to an integer truncates), in the register type."""
     ctype = REGISTER[dtype]
+    value = cast_array(np.asarray(value), dtype).item() if not isinstance(value, bool) else value
     if dtype in FLOATS:
-        v = float(np.float32(value)) if ctype == "float" else float(value)
+        v = float(value)
         if math.isnan(v):
             return "(__int_as_float(0x7fc00000))" if ctype == "float" else "(__longlong_as_double(0x7ff8000000000000LL))"
         if math.isinf(v):
@@ -177,10 +179,16 @@ class Emitter:
         return name
 
     def index_var(self, expr: str) -> str:
+        """A variable holding index expression ``expr`` (one per distinct expression
+        in scope, so that values at equal indices are found in the memo)."""
         if expr.isidentifier() or expr.isdigit():
             return expr
+        found = self._lookup(("index", expr))
+        if found is not None:
+            return found
         name = self.fresh("i")
         self.emit(f"const {self.index_type} {name} = {expr};")
+        self.memo[-1][("index", expr)] = name
         return name
 
     def open(self, header: str) -> None:
@@ -193,11 +201,6 @@ class Emitter:
         self.memo.pop()
         self.emit(trailer)
 
-    def branch(self, header: str) -> None:
-        """Close the current block and open the next arm (``} else {``)."""
-        self.close(header)
-        self.depth += 1
-        self.memo.append({})
 
     def _lookup(self, key) -> str | None:
         for scope in reversed(self.memo):
@@ -311,48 +314,49 @@ class Emitter:
             return self._pad(op, idx)
         raise ValueError(f"layout op {op.kind}")
 
+    def _clamped(self, expr: str, size: int) -> str:
+        """``expr`` clamped into ``[0, size)``: a safe index to compute at whether or
+        not the value is then selected."""
+        return self.index_var(f"({expr} < 0 ? 0 : ({expr} > {size - 1} ? {size - 1} : {expr}))")
+
     def _concat(self, op: Op, idx: Index) -> str:
+        # Every operand is computed at a clamped index and the right one selected:
+        # no branches, so values stay memoised across the whole kernel body.
         g = self.graph
         axis = normalize_axis(op.attrs["axis"], len(op.out.shape))
-        result = self.fresh("v")
-        self.emit(f"{REGISTER[op.out.dtype]} {result};")
-        offset = 0
-        for k, src in enumerate(op.inputs):
+        parts, offset = [], 0
+        for src in op.inputs:
             t = g.tensor(src)
             end = offset + t.shape[axis]
-            inner = list(idx)
-            inner[axis] = idx[axis] if offset == 0 else f"({idx[axis]} - {offset})"
-            last = k == len(op.inputs) - 1
-            if k == 0:
-                self.open("" if last else f"if ({idx[axis]} < {end})")
-            else:
-                self.branch("} else {" if last else f"}} else if ({idx[axis]} < {end}) {{")
-            inner_idx = tuple(self.index_var(e) for e in inner)
-            self.emit(f"{result} = {convert(self.value(src, inner_idx), t.dtype, op.out.dtype)};")
+            if t.shape[axis]:
+                inner = list(idx)
+                inner[axis] = self._clamped(idx[axis] if offset == 0 else f"{idx[axis]} - {offset}", t.shape[axis])
+                value = convert(self.value(src, tuple(inner)), t.dtype, op.promoted)
+                parts.append((end, value))
             offset = end
-        self.close()
-        return result
+        expr = parts[-1][1]
+        for end, value in reversed(parts[:-1]):
+            expr = f"({idx[axis]} < {end} ? {value} : {expr})"
+        return self.declare(op.promoted, expr)
 
     def _pad(self, op: Op, idx: Index) -> str:
         g = self.graph
         t = g.tensor(op.inputs[0])
         rank = len(t.shape)
         pads = op.attrs["pads"]
+        fill = literal(op.attrs["value"], op.promoted)
+        if 0 in t.shape:
+            return self.declare(op.promoted, fill)
         inner, checks = [], []
         for d in range(rank):
             before = pads[d]
-            i = idx[d] if before == 0 else f"({idx[d]} - {before})"
-            inner.append(i)
+            inner.append(self._clamped(idx[d] if before == 0 else f"{idx[d]} - {before}", t.shape[d]))
             if before:
                 checks.append(f"{idx[d]} >= {before}")
             if pads[d + rank]:
                 checks.append(f"{idx[d]} < {before + t.shape[d]}")
-        result = self.fresh("v")
-        self.emit(f"{REGISTER[op.out.dtype]} {result} = {literal(op.attrs['value'], op.out.dtype)};")
-        self.open(f"if ({' && '.join(checks) or 'true'})")
-        self.emit(f"{result} = {self.value(op.inputs[0], tuple(self.index_var(e) for e in inner))};")
-        self.close()
-        return result
+        value = self.value(op.inputs[0], tuple(inner))
+        return self.declare(op.promoted, f"(({' && '.join(checks) or 'true'}) ? {value} : {fill})")
 
     # ------------------------------------------------------------ stores
 

@@ -4,6 +4,7 @@ header they include, and ``manifest.json`` (kernel, launch geometry, arguments).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .render import RUNTIME_HEADER, Rendered, runtime_header
@@ -13,6 +14,18 @@ MANIFEST = "manifest.json"
 
 class EmitError(RuntimeError):
     """The output directory holds files this tool did not write."""
+
+
+_OURS = re.compile(r"g\d{3,}_[a-z]+\.cu")
+
+
+def _earlier_files(path: Path) -> list[str]:
+    """Files an earlier emit wrote here: only names this tool writes, never a path."""
+    try:
+        files = json.loads((path / MANIFEST).read_text()).get("files", [])
+    except (ValueError, AttributeError):
+        raise EmitError(f"{path / MANIFEST} is not a manifest of this tool; choose a new directory") from None
+    return [f for f in files if isinstance(f, str) and (_OURS.fullmatch(f) or f == RUNTIME_HEADER)]
 
 
 def write(rendered: Rendered, out: str | Path) -> list[Path]:
@@ -29,7 +42,7 @@ def write(rendered: Rendered, out: str | Path) -> list[Path]:
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise EmitError(f"{path} is not empty and holds no {MANIFEST} of an earlier emit; choose a new directory")
     if (path / MANIFEST).exists():
-        for old in json.loads((path / MANIFEST).read_text()).get("files", []):
+        for old in _earlier_files(path):
             (path / old).unlink(missing_ok=True)
     path.mkdir(parents=True, exist_ok=True)
     files = [path / RUNTIME_HEADER]
@@ -40,6 +53,6 @@ def write(rendered: Rendered, out: str | Path) -> list[Path]:
         files.append(target)
     manifest = rendered.manifest()
     manifest["files"] = [f.name for f in files]
-    manifest["compile"] = "nvcc -arch=sm_90 -cubin -O3 -I . gNNN_kind.cu"
+    manifest["compile"] = "nvcc -arch=sm_90 -cubin -O3 -std=c++17 -Xptxas -v -I . gNNN_kind.cu"
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return [*files, path / MANIFEST]

@@ -118,6 +118,9 @@ def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.nda
         for name, stem in files.items():
             if name not in written:
                 t = g.tensor(name)
+                if t.numel == 0:  # an empty tensor may come from a group that needed no kernel
+                    (work / f"{stem}.bin").write_bytes(b"")
+                    continue
                 array = np.ascontiguousarray(np.asarray(storages[name]).astype(numpy_dtype(t.dtype)))
                 (work / f"{stem}.bin").write_bytes(array.tobytes())
         result = subprocess.run([str(binary), str(work)], capture_output=True, text=True, timeout=TIMEOUT_S)

@@ -64,7 +64,7 @@ class GpuPlan:
     def upload(self, storages: dict[str, np.ndarray]) -> None:
         graph = self.rendered.plan.graph
         for name, buffer in self.buffers.items():
-            if name in storages:
+            if name in storages and graph.tensor(name).numel:
                 data = np.ascontiguousarray(np.asarray(storages[name]).astype(numpy_dtype(graph.tensor(name).dtype)))
                 self.cuda.memcpy_htod(buffer, data)
 

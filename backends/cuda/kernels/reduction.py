@@ -28,7 +28,8 @@ _COMBINE = {"reduce_sum": "part_sum_op()", "reduce_mean": "part_sum_op()", "redu
 
 def _acc_dtype(op: Op, in_dtype: str) -> str:
     if op.kind in ("reduce_max", "reduce_min", "argmax", "argmin"):
-        return "float32" if in_dtype in ("float16", "bfloat16") else in_dtype
+        # exact in float32 for half inputs; int8 and bool widen to what warp shuffles carry
+        return {"float16": "float32", "bfloat16": "float32", "int8": "int32", "bool": "int32"}.get(in_dtype, in_dtype)
     return accumulator_dtype(in_dtype)
 
 

@@ -7,7 +7,7 @@ import math
 from partitioner.group import Group
 from partitioner.ops import normalize_axis
 
-from ..codegen import storage_type
+from ..codegen import REGISTER, convert, to_storage
 from .common import grid_stride_blocks, index_type, parameters
 
 THREADS = 256
@@ -26,7 +26,8 @@ def build(group: Group, index: int, hw) -> dict:
         "grid": (grid_stride_blocks(out.numel, THREADS, hw.sm_count), 1, 1), "block": (THREADS, 1, 1),
         "smem_dynamic": 0, "smem_static": 0,
         "context": {
-            "threads": THREADS, "index_type": itype, "out": out, "storage": storage_type(out.dtype),
+            "threads": THREADS, "index_type": itype, "out": out, "register": REGISTER[data.dtype],
+            "store": to_storage(convert("value", data.dtype, out.dtype), out.dtype),
             "dim": data.shape[axis], "inner": math.prod(data.shape[axis + 1:]), "count": indices.numel,
             "data_ptr": params.pointer[g.storage[op.inputs[0]]], "indices_ptr": params.pointer[g.storage[op.inputs[1]]],
             "out_ptr": params.pointer[op.name],
