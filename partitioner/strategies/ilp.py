@@ -36,7 +36,7 @@ from .greedy import greedy_groups
 
 DEFAULT_TIME_LIMIT_S = 60.0
 # Share of the time limit the candidate enumeration may use, and the most candidates
-# it may produce (the real graphs of graphs/ need at most ~15,000), so that building
+# it may produce (the real graphs of graphs/ need at most ~29,000), so that building
 # and solving the model keep their time when a pathological graph cuts it short.
 ENUMERATION_SHARE = 0.5
 MAX_CANDIDATES = 100_000
