@@ -11,15 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shutil
 import sys
-import traceback
 
 from . import __version__
 from .cost import DEFAULT_MAX_OPS
 from .draw import DrawError, check_can_draw, draw
 from .errors import GraphError, HardwareError
+from .exits import guarded
 from .hardware import PROFILES, load_hardware
 from .loader import load_graph
 from .report import HEURISTICS, json_report, text_report
@@ -172,19 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate runs the cuda backend: add --backend cuda")
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
-    try:
-        return _run(args)
-    except (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError, DrawError) as exc:
-        print(f"partition: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("partition: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, exit 1
-        if os.environ.get("PARTITIONER_DEBUG"):
-            traceback.print_exc()
-        print(f"partition: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    bad_input = (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError, DrawError)
+    return guarded("partition", lambda: _run(args), bad_input)
 
 
 if __name__ == "__main__":

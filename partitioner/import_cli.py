@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import os
 import sys
-import traceback
 from pathlib import Path
 
 from . import __version__
 from .cli import _Parser
 from .errors import GraphError
+from .exits import guarded
 from .importers import ImportResult, extra, report, to_yaml
 
 
@@ -134,16 +133,4 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     """``partition import ...`` (``argv`` without the word ``import``)."""
     args = _parser().parse_args(argv)
-    try:
-        return _run(args)
-    except (GraphError, ImportError) as exc:
-        print(f"partition import: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("partition import: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence: one line, exit 1
-        if os.environ.get("PARTITIONER_DEBUG"):
-            traceback.print_exc()
-        print(f"partition import: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    return guarded("partition import", lambda: _run(args), (GraphError, ImportError))

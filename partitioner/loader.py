@@ -22,7 +22,7 @@ from .dtypes import DTYPES
 from .errors import GraphError, InferenceError
 from .graph import Graph, Op
 from .ops import REGISTRY, Attr, TensorType
-from .schema import GRAPH_SCHEMA, validator
+from .schema import validator
 from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
 FORMAT_VERSION = 1

@@ -193,7 +193,7 @@ class Ilp(Strategy):
         if status != "OPTIMAL" and best_cost == warm_cost:
             status = "GREEDY"
         bound = min(bound, best_cost)
-        best_us, bound_us = _to_us(best_cost, hw), _to_us(bound, hw)
+        bound_us = _to_us(bound, hw)
         details = {
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
