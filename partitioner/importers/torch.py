@@ -15,7 +15,9 @@ left out.
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -49,7 +51,8 @@ def program_of(source: ExportedProgram | torch.nn.Module, example_inputs=None) -
         raise GraphError(f"<torch>: expected an ExportedProgram or a torch.nn.Module, got {type(source).__name__}")
     if example_inputs is None:
         raise GraphError(f"<torch>: exporting {type(source).__name__} needs example inputs")
-    return torch.export.export(source, tuple(example_inputs))
+    with _quiet():
+        return torch.export.export(source, tuple(example_inputs))
 
 
 def convert(program: ExportedProgram, name: str = "graph", source: str | None = None) -> ImportResult:
@@ -64,8 +67,18 @@ def convert(program: ExportedProgram, name: str = "graph", source: str | None = 
         GraphError: a tensor whose dtype format v1 lacks (uint8, complex, ...), or a
             symbolic (dynamic) dimension.
     """
-    program = program.run_decompositions()
+    with _quiet():
+        program = program.run_decompositions()
     return _Converter(program, name, source or SOURCE).run()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence torch's own deprecation notice about its pytree internals, which says
+    nothing about the user's model."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        yield
 
 
 def load(source: ExportedProgram | torch.nn.Module, example_inputs=None, name: str | None = None,
