@@ -7,6 +7,8 @@ Shapes are small and odd on purpose (1, 31, 33, 127, 1023, primes).
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
+from re import compile as re_compile
 
 import ml_dtypes
 import numpy as np
@@ -14,6 +16,7 @@ import pytest
 
 from backends.check import run_and_check
 from backends.cuda import CudaBackend
+from backends.cuda.emulate import EmulatorError
 from backends.cuda.emulate import run as run_emulated
 from backends.cuda.render import render
 from backends.numpy_backend import NumpyBackend
@@ -324,3 +327,73 @@ def test_integer_and_bool_max_min_and_half_gathers_of_int64_data():
         {"name": "g", "op": "gather", "inputs": ["t", "k"], "attrs": {"axis": 0}, "dtype": "float16"}],
         ["mx", "mn", "am", "g"])
     check(g, inputs={"k": np.array([0, -1, 3], np.int32)})
+
+
+# ---------------------------------------------------------------- layout chains in contraction operands
+# Every index of a prologue chain comes from one kernel-wide namespace (codegen.Names): a
+# chain that regroups batch axes once declared a variable reading itself (exit -11, inf).
+
+LAYOUT_CHAINS = {
+    # grouped-query K: 2 heads expanded to 4 through a reshape that merges the broadcast axis
+    "gqa_expand_on_b": ({"q": [1, 4, 8, 16], "k": [1, 2, 8, 16]}, [
+        op("k5", "reshape", ["k"], shape=[1, 2, 1, 8, 16]), op("kb", "broadcast_to", ["k5"], shape=[1, 2, 2, 8, 16]),
+        op("k4", "reshape", ["kb"], shape=[1, 4, 8, 16]), op("kt", "transpose", ["k4"], perm=[0, 1, 3, 2]),
+        op("s", "matmul", ["q", "kt"])]),
+    "gqa_expand_on_a": ({"q": [1, 2, 8, 16], "k": [1, 4, 16, 8]}, [
+        op("q5", "reshape", ["q"], shape=[1, 2, 1, 8, 16]), op("qb", "broadcast_to", ["q5"], shape=[1, 2, 2, 8, 16]),
+        op("q4", "reshape", ["qb"], shape=[1, 4, 8, 16]), op("s", "matmul", ["q4", "k"])]),
+    "expand_inner_axis": ({"a": [2, 5, 16], "k": [2, 8, 1, 16]}, [
+        op("kb", "broadcast_to", ["k"], shape=[2, 8, 3, 16]), op("k3", "reshape", ["kb"], shape=[2, 24, 16]),
+        op("kt", "transpose", ["k3"], perm=[0, 2, 1]), op("s", "matmul", ["a", "kt"])]),
+    "expand_transpose_reshape": ({"a": [5, 16], "x": [1, 16, 4]}, [
+        op("xb", "broadcast_to", ["x"], shape=[3, 16, 4]), op("xt", "transpose", ["xb"], perm=[1, 0, 2]),
+        op("xr", "reshape", ["xt"], shape=[16, 12]), op("s", "matmul", ["a", "xr"])]),
+    # a compute op feeding the right operand through reshape -> transpose, with batch dims
+    "compute_reshape_transpose_on_b": ({"a": [2, 4, 16, 32], "x": [2, 16, 128]}, [
+        op("e", "exp", ["x"]), op("r", "reshape", ["e"], shape=[2, 16, 4, 32]),
+        op("t", "transpose", ["r"], perm=[0, 2, 3, 1]), op("s", "matmul", ["a", "t"])]),
+    "compute_reshape_transpose_on_a": ({"x": [2, 16, 128], "b": [2, 4, 32, 8]}, [
+        op("e", "exp", ["x"]), op("r", "reshape", ["e"], shape=[2, 16, 4, 32]),
+        op("t", "transpose", ["r"], perm=[0, 2, 1, 3]), op("s", "matmul", ["t", "b"])]),
+    "weight_reshape_transpose_no_batch": ({"a": [5, 16], "w": [3, 8, 16]}, [
+        op("w2", "reshape", ["w"], shape=[24, 16]), op("wt", "transpose", ["w2"]), op("s", "matmul", ["a", "wt"])]),
+    "both_operands_with_batch_broadcast": ({"a": [2, 1, 8, 16], "k": [3, 16, 1, 4]}, [
+        op("an", "neg", ["a"]), op("kb", "broadcast_to", ["k"], shape=[3, 16, 2, 4]),
+        op("kr", "reshape", ["kb"], shape=[3, 16, 8]), op("s", "matmul", ["an", "kr"])]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(LAYOUT_CHAINS))
+def test_layout_chains_in_contraction_operands(case, dtype):
+    inputs, ops = LAYOUT_CHAINS[case]
+    g = make_graph({name: (shape, dtype) for name, shape in inputs.items()}, ops, ["s"], dtype=dtype)
+    fused = partition(g, "ilp")
+    assert [c.kind for c in fused.cost.groups if c.kind != "view"] == ["contraction"]
+    check(g)
+
+
+_DECLARED = re_compile(r"\b(?:idx_t|int8_t|int32_t|int64_t|float|double|bool)\s+([a-z]+\d+)\s*[=;\[]")
+
+
+def test_no_generated_name_is_declared_twice_in_a_kernel(graph_path):
+    graph = load_graph(graph_path)
+    for strategy in ("none", "ilp"):
+        for kernel in render(partition(graph, strategy)).kernels:
+            names = _DECLARED.findall(kernel.source)
+            assert len(names) == len(set(names)), (kernel.name, sorted({n for n in names if names.count(n) > 1}))
+
+
+def test_a_crashing_kernel_is_named_with_its_signal_and_thread():
+    inputs, ops = LAYOUT_CHAINS["compute_reshape_transpose_on_b"]
+    g = make_graph(inputs, ops, ["s"])
+    rendered = render(partition(g, "ilp"))
+    kernel = rendered.kernels[0]
+    # read one whole tensor past the end of the input: the guard page after it faults
+    rendered.kernels[0] = replace(kernel, source=kernel.source.replace("part_load(in0[", "part_load(in0[4096 + "))
+    with pytest.raises(EmulatorError) as failure:
+        run_emulated(rendered, random_inputs(g))
+    message = str(failure.value)
+    assert "killed by SIGSEGV" in message and "invalid memory access" in message
+    assert f"group 0 (contraction: e, r, t, ...), kernel {kernel.name}" in message
+    assert "in block (0,0,0) thread (" in message

@@ -148,21 +148,41 @@ class Source:
     pointer: str = ""
 
 
+class Names:
+    """Fresh C++ identifiers for one kernel.
+
+    Every emitter writing into the same kernel draws from one ``Names``, so a
+    generated name is never declared twice and never shadows another generated
+    name in an enclosing scope (a declaration like ``const idx_t i1 = i1 * 4;``
+    would read the new, uninitialised variable instead of the outer one).
+    Generated names are a stem and a number; templates name their own variables
+    without a number (``m``, ``n``, ``k``, ``bz``, ...), so the two cannot clash.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def fresh(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}{self.count}"
+
+
 class Emitter:
     """Writes C++ statements that compute tensor values at index expressions.
 
     ``sources`` says how to read tensors the kernel does not compute; any other
     tensor is computed from its op. Values are memoised per (tensor, index) within
-    a block of statements.
+    a block of statements. Emitters whose statements end up in one kernel must
+    share ``names`` (see :class:`Names`).
     """
 
-    def __init__(self, graph: Graph, sources: dict[str, Source], expr_macro, index_type: str, prefix: str = ""):
+    def __init__(self, graph: Graph, sources: dict[str, Source], expr_macro, index_type: str,
+                 names: Names | None = None):
         self.graph, self.sources, self.expr, self.index_type = graph, dict(sources), expr_macro, index_type
-        self.prefix = prefix  # keeps variable names of emitters sharing one kernel apart
+        self.names = names if names is not None else Names()
         self.lines: list[str] = []
         self.depth = 1
         self.memo: list[dict] = [{}]
-        self.count = 0
 
     # ------------------------------------------------------------ statements
 
@@ -170,8 +190,7 @@ class Emitter:
         self.lines.append("  " * self.depth + line)
 
     def fresh(self, prefix: str = "v") -> str:
-        self.count += 1
-        return f"{self.prefix}{prefix}{self.count}"
+        return self.names.fresh(prefix)
 
     def declare(self, dtype: str, expr: str, prefix: str = "v") -> str:
         name = self.fresh(prefix)

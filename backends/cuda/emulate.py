@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import signal
 import subprocess
 import tempfile
 from importlib import resources
@@ -22,7 +23,7 @@ from partitioner.dtypes import numpy_dtype
 from .codegen import storage_type
 from .compile import cache_dir
 from .kernels.common import environment
-from .render import RUNTIME_HEADER, Rendered, runtime_header
+from .render import RUNTIME_HEADER, Kernel, Rendered, runtime_header
 
 EMULATOR_PACKAGE = "backends.cuda.emulator"
 EMULATOR_HEADER = "cuda_emulator.h"
@@ -48,6 +49,13 @@ def _files(rendered: Rendered) -> dict[str, str]:
     return names
 
 
+def launch_label(kernel: Kernel) -> str:
+    """How failure reports name a kernel: its group, kind, first ops and kernel name
+    (a C string literal's contents: op names never hold quotes or backslashes)."""
+    ops = ", ".join(kernel.ops[:3]) + (", ..." if len(kernel.ops) > 3 else "")
+    return f"group {kernel.index} ({kernel.kind}: {ops}), kernel {kernel.name}"
+
+
 def program(rendered: Rendered) -> str:
     """C++ source of the host program running every kernel of ``rendered``."""
     g = rendered.plan.graph
@@ -66,7 +74,7 @@ def program(rendered: Rendered) -> str:
             if not is_input:
                 written[arg["tensor"]] = {"file": files[arg["tensor"]], "bytes": t.nbytes}
         launches.append({"kernel": kernel.name, "grid": kernel.grid, "block": kernel.block,
-                         "smem": kernel.smem_dynamic, "args": args})
+                         "smem": kernel.smem_dynamic, "args": args, "label": launch_label(kernel)})
     template = environment().get_template("emulator_main.cpp.j2")
     return template.render(sources=list(sources.values()), launches=launches, saved=list(written.values()))
 
@@ -99,6 +107,21 @@ def build(rendered: Rendered) -> Path:
     return binary
 
 
+def failure_message(returncode: int, stderr: str) -> str:
+    """One line on a failed emulated run: how it ended (exit status or signal) and the
+    emulator's own report, which names the kernel, block and thread."""
+    if returncode < 0:
+        try:
+            how = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            how = f"killed by signal {-returncode}"
+    else:
+        how = f"exit {returncode}"
+    reports = [ln.strip() for ln in stderr.splitlines() if ln.startswith(("cuda_emulator:", "emulator:"))]
+    detail = reports[-1] if reports else (stderr.strip().splitlines() or ["no message"])[-1]
+    return f"the emulated kernels failed ({how}): {detail}"
+
+
 def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run every kernel of ``rendered`` on the emulator.
 
@@ -125,8 +148,7 @@ def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.nda
                 (work / f"{stem}.bin").write_bytes(array.tobytes())
         result = subprocess.run([str(binary), str(work)], capture_output=True, text=True, timeout=TIMEOUT_S)
         if result.returncode != 0:
-            raise EmulatorError(f"the emulated kernels failed (exit {result.returncode}): "
-                                f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ''}")
+            raise EmulatorError(failure_message(result.returncode, result.stderr))
         out = {}
         for name in written:
             t = g.tensor(name)

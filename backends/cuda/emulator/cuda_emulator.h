@@ -57,6 +57,9 @@
 //   * Stack: EMU_FIBER_STACK_SIZE bytes per thread (default 64 KiB; e.g.
 //     -DEMU_FIBER_STACK_SIZE=262144). Overflow into the guard region is reported as
 //     "fiber stack overflow" (a SIGSEGV handler on an alternate stack is installed).
+//   * Faults: SIGSEGV, SIGBUS, SIGFPE and SIGILL are reported on stderr with the label
+//     last given to emu::set_label (e.g. the kernel's name), the block and the thread,
+//     and then kill the process as usual (exit by that signal).
 //     A WMMA float accumulator fragment takes 1 KiB of stack per thread here.
 //   * __CUDA_ARCH__ / __CUDACC__ are not defined. Not usable with -fsanitize=address.
 //   * WMMA: each lane holds the WHOLE tile (num_elements == rows*cols of the operand,
@@ -148,9 +151,14 @@ inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; 
 namespace emu {
 namespace detail {
 
+// What the program is running, named by the host code (emu::set_label) and printed by
+// every failure report: which kernel failed, not only how.
+inline const char* g_label = nullptr;
+
 [[noreturn]] inline void fail(const char* fmt, ...) {
   std::fflush(stdout);
   std::fputs("cuda_emulator: ", stderr);
+  if (g_label) std::fprintf(stderr, "%s: ", g_label);
   va_list ap;
   va_start(ap, fmt);
   std::vfprintf(stderr, fmt, ap);
@@ -313,21 +321,60 @@ inline void fiber_main() {
   setcontext(&l.sched);
 }
 
-inline void segv_handler(int sig, siginfo_t* si, void*) {
-  auto* a = static_cast<unsigned char*>(si->si_addr);
-  if (g_stacks && a >= g_stacks && a < g_stacks + g_stacks_bytes &&
-      size_t(a - g_stacks) % g_stride < g_guard) {
-    static const char msg[] =
-        "cuda_emulator: fiber stack overflow: a GPU thread used more than "
-        "EMU_FIBER_STACK_SIZE bytes of stack (compile with e.g. -DEMU_FIBER_STACK_SIZE=262144)\n";
-    ssize_t ignored = write(2, msg, sizeof msg - 1);
-    (void)ignored;
-    _exit(134);
+// Async-signal-safe text for the fault report (no stdio inside a signal handler).
+struct FaultText {
+  char buf[512];
+  size_t n = 0;
+  void add(const char* s) { while (*s && n < sizeof buf - 1) buf[n++] = *s++; }
+  void add(unsigned long long v) {
+    char digits[24];
+    int k = 0;
+    do digits[k++] = char('0' + v % 10); while ((v /= 10) && k < 24);
+    while (k && n < sizeof buf - 1) buf[n++] = digits[--k];
   }
-  signal(sig, SIG_DFL);  // not ours: the faulting instruction repeats and kills the process
+  void add3(const char* what, unsigned x, unsigned y, unsigned z) {
+    add(what); add(" ("); add(x); add(","); add(y); add(","); add(z); add(")");
+  }
+};
+
+inline const char* fault_name(int sig) {
+  switch (sig) {
+    case SIGSEGV: return "SIGSEGV (invalid memory access)";
+    case SIGBUS: return "SIGBUS (misaligned or unmapped memory access)";
+    case SIGFPE: return "SIGFPE (integer division by zero or overflow)";
+    case SIGILL: return "SIGILL (illegal instruction)";
+    default: return "fatal signal";
+  }
 }
 
-inline void install_segv_handler() {
+// A fault: a fiber that ran off its stack, or a kernel (or the host program) that touched
+// memory it does not own. Reports what faulted, in which kernel (emu::set_label) and in
+// which block and thread, then lets the signal kill the process as it would have.
+inline void fault_handler(int sig, siginfo_t* si, void*) {
+  auto* a = static_cast<unsigned char*>(si->si_addr);
+  FaultText t;
+  t.add("cuda_emulator: ");
+  if (g_label) { t.add(g_label); t.add(": "); }
+  const bool overflow = sig == SIGSEGV && g_stacks && a >= g_stacks && a < g_stacks + g_stacks_bytes &&
+                        size_t(a - g_stacks) % g_stride < g_guard;
+  if (overflow) {
+    t.add("fiber stack overflow: a GPU thread used more than EMU_FIBER_STACK_SIZE bytes of stack "
+          "(compile with e.g. -DEMU_FIBER_STACK_SIZE=262144)");
+  } else {
+    t.add(fault_name(sig));
+  }
+  if (g_launch) {
+    t.add3(" in block", g_block.x, g_block.y, g_block.z);
+    t.add3(" thread", g_thread.x, g_thread.y, g_thread.z);
+  }
+  t.add("\n");
+  ssize_t ignored = write(2, t.buf, t.n);
+  (void)ignored;
+  if (overflow) _exit(134);
+  signal(sig, SIG_DFL);  // the faulting instruction repeats and the signal kills the process
+}
+
+inline void install_fault_handler() {
   static bool done = false;
   if (done) return;
   done = true;
@@ -337,10 +384,10 @@ inline void install_segv_handler() {
   ss.ss_size = sizeof altstack;
   sigaltstack(&ss, nullptr);
   struct sigaction sa{};
-  sa.sa_sigaction = segv_handler;
+  sa.sa_sigaction = fault_handler;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, nullptr);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) sigaction(sig, &sa, nullptr);
 }
 
 // Kept out of run(): getcontext returns twice, which would pessimise the caller.
@@ -386,7 +433,7 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
   auto* stacks = static_cast<unsigned char*>(map);
   for (unsigned i = 0; i < n; ++i) mprotect(stacks + i * stride, guard, PROT_NONE);
   g_stacks = stacks, g_stacks_bytes = bytes, g_stride = stride, g_guard = guard;
-  install_segv_handler();
+  install_fault_handler();
   l.smem_bytes = smem_bytes;
   l.smem = static_cast<unsigned char*>(std::aligned_alloc(16, (smem_bytes + 31) / 16 * 16));
   if (!l.smem) fail("emu::launch: cannot allocate %zu bytes of dynamic shared memory", smem_bytes);
@@ -431,6 +478,13 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
 }
 
 }  // namespace detail
+
+// Names what runs next (a kernel and its group, say) in every failure report; the
+// string must outlive the launches it names. nullptr clears it.
+inline void set_label(const char* label) {
+  detail::install_fault_handler();
+  detail::g_label = label;
+}
 
 // Run kernel<<<grid, block, dynamic_smem_bytes>>>(args...) to completion.
 template <class... P, class... A>

@@ -11,7 +11,7 @@ from partitioner.cost import CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contra
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
-from ..codegen import REGISTER, Emitter, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
+from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
 from .common import expr_macro, external_sources, index_type, parameters
 
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -47,7 +47,8 @@ def build(group: Group, index: int, hw) -> dict:
     sources = external_sources(group, params)
     a_tensor, b_tensor = op.inputs[0], op.inputs[1]
 
-    head = Emitter(g, sources, expr_macro(), "idx_t", prefix="b")
+    names = Names()  # one namespace for the four emitters of this kernel
+    head = Emitter(g, sources, expr_macro(), "idx_t", names)
     if op.kind == "matmul":
         batch_shape, *_ = matmul_shapes(g.tensor(a_tensor).shape, g.tensor(b_tensor).shape)
         b_idx = tuple(head.index_var(e) for e in delinearize(batch_shape, "bz"))
@@ -55,7 +56,7 @@ def build(group: Group, index: int, hw) -> dict:
         b_idx = ()
 
     def operand(which: str) -> str:
-        em = Emitter(g, sources, expr_macro(), "idx_t", prefix=which)
+        em = Emitter(g, sources, expr_macro(), "idx_t", names)
         em.depth = 4
         tensor = a_tensor if which == "a" else b_tensor
         t = g.tensor(tensor)
@@ -71,7 +72,7 @@ def build(group: Group, index: int, hw) -> dict:
             em.emit(f"{target} = {convert(_conv_operand(em, op, which, g), t.dtype, promoted)};")
         return "\n".join(em.lines)
 
-    epi = Emitter(g, sources, expr_macro(), "idx_t", prefix="e")
+    epi = Emitter(g, sources, expr_macro(), "idx_t", names)
     epi.depth = 2
     out_idx = _output_index(epi, op, b_idx, g)
     value = "accv"
