@@ -51,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", action="store_true",
                    help="per-group details and a comparison of the none, greedy and ilp strategies")
     p.add_argument("--compare", action="store_true",
-                   help="compare every strategy (none, greedy, xla, tvm, inductor, ilp) instead of none, greedy, ilp")
+                   help="compare every strategy (none, greedy, xla, xla-fmha, tvm, inductor, ilp) instead of none, "
+                        "greedy, ilp")
     p.add_argument("--draw", metavar="FILE",
                    help="draw the plan to FILE (.svg, .png: needs Graphviz's dot; .dot: plain text)")
     p.add_argument("--strategy", choices=sorted(STRATEGIES), default="ilp", help="partitioning strategy (default ilp)")

@@ -18,8 +18,9 @@ registers per thread, kernel-parameter bytes, and the number of non-view ops.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from .attention import contraction_pair, pair
 from .dtypes import accumulator_dtype, compute_dtype, itemsize
 from .group import Group
 from .hardware import Hardware
@@ -38,6 +39,15 @@ REDUCTION_THREADS = 256
 WARP = 32
 SHORT_ROW = 128
 ROWS_PER_WARP_BLOCK = REDUCTION_THREADS // WARP
+# Attention (templates/attention.cu.j2, FlashAttention-2): a block of ATTN_WARPS warps
+# takes ATTN_BLOCK_M = 16 query rows per warp and streams the keys ATTN_BLOCK_N at a
+# time; Q, K and V tiles live in shared memory with ATTN_ROW_PAD extra elements per row
+# (rows then start 4 banks apart: fragment loads are free of bank conflicts). The head
+# dims are padded to the mma shape m16n8k16: D to 16, Dv to 8.
+ATTN_WARPS = 4
+ATTN_BLOCK_M = 16 * ATTN_WARPS
+ATTN_BLOCK_N = {"float16": 64, "bfloat16": 64, "float32": 32}
+ATTN_ROW_PAD = 8
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
@@ -74,7 +84,8 @@ class Budgets:
 
 @dataclass(frozen=True)
 class GroupCost:
-    """Modelled cost of one group: bytes, launches, FLOP and times in microseconds."""
+    """Modelled cost of one group: bytes, launches, FLOP and times in microseconds,
+    its budgets, and for an attention group the tiling its kernel uses."""
 
     ops: tuple[str, ...]
     kind: str
@@ -85,10 +96,49 @@ class GroupCost:
     modeled_time_us: float
     roofline_time_us: float
     budgets: Budgets
+    tiling: "AttentionTiling | None" = None
 
     @property
     def bytes(self) -> int:
         return self.bytes_read + self.bytes_written
+
+
+@dataclass(frozen=True)
+class AttentionTiling:
+    """The tiling of one attention group (constants above, dims from the group).
+
+    ``d_pad``/``dv_pad``: head dims padded to the mma shape; ``q_tiles``: query
+    tiles per (batch, head), each one block; ``k_tiles``: key tiles each block
+    streams; ``threads`` per block; ``shared_memory``: bytes of the Q, K and V tiles.
+    """
+
+    block_m: int
+    block_n: int
+    d_pad: int
+    dv_pad: int
+    q_tiles: int
+    k_tiles: int
+    threads: int
+    shared_memory: int
+
+    def describe(self) -> str:
+        """One line for reports: tile sizes, warps, blocks and how many K/V tiles each streams."""
+        return (f"{self.block_m}x{self.block_n} tiles (query rows x keys), head dims {self.d_pad}/{self.dv_pad} "
+                f"padded, {self.threads // WARP} warps, {self.q_tiles} query tile(s) per head, "
+                f"{self.k_tiles} K/V tile(s) streamed per block")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def attention_tiling(group: Group) -> AttentionTiling:
+    """The :class:`AttentionTiling` of a legal attention group."""
+    p = pair(group.graph, *contraction_pair(group))
+    d_pad, dv_pad = -(-p.d // 16) * 16, -(-p.dv // 8) * 8
+    block_n = ATTN_BLOCK_N[p.dtype]
+    rows = ATTN_BLOCK_M * (d_pad + ATTN_ROW_PAD) + block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD)
+    return AttentionTiling(ATTN_BLOCK_M, block_n, d_pad, dv_pad, -(-p.sq // ATTN_BLOCK_M), -(-p.sk // block_n),
+                           WARP * ATTN_WARPS, rows * itemsize(p.dtype))
 
 
 def op_flops(group: Group) -> dict[str, int]:
@@ -130,6 +180,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
         modeled_time_us=(launch_s + memory_s) * 1e6,
         roofline_time_us=(launch_s + max(memory_s, sum(op_compute_seconds(group, hw).values()))) * 1e6,
         budgets=budgets(group, hw, max_ops),
+        tiling=attention_tiling(group) if group.kind == "attention" else None,
     )
 
 
@@ -235,6 +286,8 @@ def shared_memory(group: Group) -> int:
         return sum(buffered_rows(group).values()) + _reduction_scratch(group)
     if group.kind == "contraction":
         return (TILE_M * TILE_K + TILE_K * TILE_N) * _operand_bytes(group) * TILE_STAGES
+    if group.kind == "attention":
+        return attention_tiling(group).shared_memory
     return 0
 
 
@@ -269,11 +322,24 @@ def registers(group: Group) -> int:
 
     ``16`` for indexing, ``2`` per tensor address, the peak number of live values
     (64-bit values count twice), and for a contraction its accumulator tile
-    (``TILE_M*TILE_N/threads`` float32 values) plus one operand fragment pair.
+    (``TILE_M*TILE_N/threads`` float32 values) plus one operand fragment pair. An
+    attention warp holds 16 query rows: its output accumulator (``16·Dv/32`` float32
+    per lane), two sets of scores of one key tile (the products and the values
+    computed from them, ``2·16·BN/32``), one A and one B fragment (6 registers for
+    half types, 12 for float32) and a running maximum, sum and rescale factor for
+    each of its lane's two rows (6). Float32 products run on CUDA cores with their
+    operands exchanged by shuffles, which keeps ``32 + 16·Dv/32`` more in flight
+    (shuffled operands, and partial sums beside the accumulator).
+    (Calibrated against ptxas for sm_80 and sm_90, head dims 32 to 256: the
+    estimate is at or above ptxas' count for every one of them.)
     """
     if group.kind == "view":
         return 0
     count = BASE_REGISTERS + 2 * (len(group.reads) + len(group.writes)) + _peak_live_values(group)
     if group.kind == "contraction":
         count += TILE_M * TILE_N // CONTRACTION_THREADS + TILE_K
+    elif group.kind == "attention":
+        tiling = attention_tiling(group)
+        count += (16 * tiling.dv_pad + 2 * 16 * tiling.block_n) // WARP + 6
+        count += 12 + 32 + 16 * tiling.dv_pad // WARP if _operand_bytes(group) == 4 else 6
     return count

@@ -8,7 +8,8 @@ DOT language, built with the ``graphviz`` Python package, and for ``.svg`` and
 What is drawn:
 
 * one cluster per kernel (a group holding compute ops), coloured by its kind and
-  labelled ``#k kind, time us`` with the group's modelled time;
+  labelled ``#k kind, time us`` with the group's modelled time (attention groups
+  add their tiling: query rows x keys per tile, K/V tiles streamed per block);
 * one node per op (DOT id ``op<topological index>``, SVG ``<title>`` the same),
   labelled with its name and op kind; views (reshapes) small and
   grey; graph inputs as grey ellipses; graph outputs with a double border;
@@ -35,6 +36,7 @@ KIND_COLOURS = {
     "pointwise": "#dbeafe",
     "reduction": "#dcfce7",
     "contraction": "#ffedd5",
+    "attention": "#ede9fe",
     "single": "#fee2e2",
 }
 
@@ -73,7 +75,11 @@ def to_dot(plan: Plan):
                 dot.node(node[name], name, fontsize="7", fontcolor="#777777", color="#bbbbbb", height="0.2")
             continue
         with dot.subgraph(name=f"cluster_{k}") as cluster:
-            cluster.attr(label=f"#{k} {group.kind}, {group.modeled_time_us:,.2f} us", style="filled,rounded",
+            label = f"#{k} {group.kind}, {group.modeled_time_us:,.2f} us"
+            if group.tiling is not None:
+                t = group.tiling
+                label += f"\n{t.block_m}x{t.block_n} tiles, {t.k_tiles} K/V tile(s) per block"
+            cluster.attr(label=label, style="filled,rounded",
                          fillcolor=KIND_COLOURS.get(group.kind, "#eeeeee"), color="#888888", fontsize="10")
             for name in group.ops:
                 op = g.ops[name]

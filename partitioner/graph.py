@@ -71,6 +71,8 @@ class Graph:
         ops: primitive ops in a deterministic topological order.
         outputs: tensors that must be written to global memory.
         path: the file it was loaded from, if any.
+        cache: derived structure other modules compute once per graph (e.g. the
+            attention structure of a pair of contractions); never part of equality.
     """
 
     name: str
@@ -80,6 +82,7 @@ class Graph:
     outputs: tuple[str, ...]
     path: str | None = None
     dag: nx.DiGraph = field(init=False, repr=False)
+    cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dag = nx.DiGraph()

@@ -14,7 +14,7 @@ from functools import cached_property
 from .graph import Graph, Op
 
 #: Template kind of a group, by the op classes it contains (see docs/legality.md).
-KINDS = ("view", "pointwise", "reduction", "contraction", "single")
+KINDS = ("view", "pointwise", "reduction", "contraction", "attention", "single")
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class Group:
     Properties (all derived, cached):
         ops: members in topological order; compute: the non-view members.
         kind: ``view`` (only views: free), ``pointwise``, ``reduction``,
-            ``contraction`` or ``single`` (a gather or custom op).
+            ``contraction``, ``attention`` (two contractions, or a contraction
+            with reductions: only a FlashAttention-style group can be legal so)
+            or ``single`` (a gather or custom op).
         reads: storages the group reads from global memory (produced outside it or
             graph inputs), each once.
         writes: storages produced in the group that are graph outputs or read by an
@@ -62,7 +64,8 @@ class Group:
         if not classes:
             return "view"
         if "contraction" in classes:
-            return "contraction"
+            two = (self.compute_mask & self.graph.class_masks["contraction"]).bit_count() > 1
+            return "attention" if two or "reduction" in classes else "contraction"
         if "reduction" in classes:
             return "reduction"
         if classes & {"gather", "opaque"}:

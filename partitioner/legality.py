@@ -14,8 +14,18 @@ plan.cycle                       the groups depend on each other in a cycle
 group.disconnected               members share neither a tensor nor a dependency
 group.not_convex                 a path between two members leaves the group
 op.never_fuses                   gather or custom together with another op
-contraction.multiple             two contractions in one group
-contraction.with_reduction       a contraction and a reduction in one group
+contraction.multiple             two contractions in one group that are no attention pair
+contraction.with_reduction       a contraction and a reduction in one group, no attention
+attention.not_chained            a third contraction, or two that do not feed one another
+attention.operand                an attention product that is not a matmul of matrices, or
+                                 whose operands take the scores in the wrong place
+attention.score_layout           a score value moved (transpose, slice, ...) or misaligned
+attention.not_online             the path between the products is not a row softmax
+attention.key_axis               the second product does not contract the key axis row by row
+attention.dtype                  products not both float16, bfloat16 or float32
+attention.head_dim               a head dimension over the template's 256
+attention.extra_reduction        a reduction outside the softmax of an attention group
+attention.epilogue_input         an attention epilogue reading a score value
 contraction.prologue_written     a prologue value is needed outside the group
 contraction.epilogue_op          a layout op after the contraction
 contraction.epilogue_shape       an epilogue whose shape differs from the product's
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from . import attention
 from .cost import DEFAULT_MAX_OPS, budgets
 from .errors import IllegalPlan
 from .graph import Graph, Op
@@ -92,9 +103,13 @@ def _check_convex(group: Group) -> None:
 def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) -> IllegalPlan | None:
     """The first rule broken by the op set ``mask`` that no larger set can repair, or ``None``.
 
-    These rules only count or compare members (never-fusing ops, contraction count,
-    contraction with reduction, reduction signatures, the op cap), so a set breaking
-    one is illegal together with every superset; candidate enumeration prunes on them.
+    These rules count or compare members (never-fusing ops, reduction signatures,
+    the op cap) or depend on ops every convex superset holds too: three
+    contractions, or two whose middle (every op on a path between them, which a
+    convex set must hold) is no attention softmax (``attention.pair``), or a
+    reduction no attention pair of the set's contractions can take. A set breaking
+    one is illegal together with every convex superset; candidate enumeration
+    prunes on them.
     """
     compute = mask & g.compute_mask
     classes = g.class_masks
@@ -102,16 +117,10 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     if never and compute != never & -never:
         op = g.ops[g.names(never & -never)[0]]
         return IllegalPlan("op.never_fuses", f"{op.kind} '{op.name}' never fuses with other ops", (op.name,))
-    contractions = compute & classes.get("contraction", 0)
-    if contractions.bit_count() > 1:
-        names = tuple(g.names(contractions)[:2])
-        return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions", names)
     reductions = compute & classes.get("reduction", 0)
-    if contractions and reductions:
-        names = (g.names(contractions)[0], g.names(reductions)[0])
-        return IllegalPlan(
-            "contraction.with_reduction", f"contraction '{names[0]}' and reduction '{names[1]}' share a group", names
-        )
+    violation = _contraction_violation(g, compute & classes.get("contraction", 0), reductions)
+    if violation is not None:
+        return violation
     if reductions:
         first = g.names(reductions & -reductions)[0]
         sig = g.reduction_signature(first)
@@ -128,6 +137,39 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     count = compute.bit_count()
     if count > max_ops:
         return IllegalPlan("budget.ops", f"{count} ops exceed the cap of {max_ops} per group", ())
+    return None
+
+
+def _contraction_violation(g: Graph, contractions: int, reductions: int) -> IllegalPlan | None:
+    """Contractions and reductions together: legal only inside an attention group, so a
+    set is beyond repair unless its contractions and reductions all fit one attention pair."""
+    names = g.names(contractions)
+    if len(names) > 2 or len(names) == 2 and not g.descendants_mask[g.index[names[0]]] >> g.index[names[1]] & 1:
+        return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions",
+                           tuple(names[:2]))
+    if len(names) == 2:
+        try:
+            found = attention.pair(g, names[0], names[1])
+        except IllegalPlan as exc:
+            middle = g.descendants_mask[g.index[names[0]]] & g.ancestors_mask[g.index[names[1]]]
+            if middle & g.class_masks.get("reduction", 0):
+                return exc
+            return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions "
+                               "and no softmax lies between them", tuple(names))
+        outside = reductions & ~found.middle
+        if outside:
+            name = g.names(outside & -outside)[0]
+            return IllegalPlan("attention.extra_reduction", f"reduction '{name}' is not the row softmax between "
+                               f"'{names[0]}' and '{names[1]}'", (name, *names))
+        return None
+    if names and reductions:
+        index = g.index[names[0]]
+        for p in attention.pairs(g):
+            if index in (g.index[p.c1], g.index[p.c2]) and not reductions & ~p.middle:
+                return None  # an attention group of this pair can still take them all
+        name = g.names(reductions & -reductions)[0]
+        return IllegalPlan("contraction.with_reduction", f"contraction '{names[0]}' and reduction '{name}' share "
+                           "a group", (names[0], name))
     return None
 
 
@@ -328,6 +370,8 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
         _check_contraction(group)
     elif group.kind == "reduction":
         _check_reduction(group)
+    elif group.kind == "attention":
+        attention.structure(group)
     if len(group.compute) < 2:
         return  # one op is always a kernel: budgets limit fusion (the report flags a lone op over one)
     for name, used, limit in budgets(group, hw, max_ops).over():

@@ -147,6 +147,7 @@ class Plan:
                         name: {"used": getattr(g.budgets, name), "limit": getattr(g.budgets, name + "_limit")}
                         for name in ("shared_memory", "registers", "kernel_params", "ops")
                     },
+                    **({"tiling": g.tiling.to_dict()} if g.tiling is not None else {}),
                 }
                 for g in self.cost.groups
             ],

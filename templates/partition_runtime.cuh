@@ -137,3 +137,76 @@ template <bool MAX, class T> PART_DEV void part_warp_arg(T& v, int64_t& i) {
     if (part_arg_better<MAX>(v2, i2, v, i)) { v = v2; i = i2; }
   }
 }
+
+// ---- tensor-core products: mma.sync.m16n8k16, D = A(16x16) * B(16x8) + C, float32
+// accumulators. Fragment layout of the PTX ISA ("Matrix Fragments for mma.m16n8k16 with
+// floating point type"), lane = 4 * g + t:
+//   A element i (0..7): row g + 8 * ((i >> 1) & 1), column 2 * t + (i & 1) + 8 * (i >> 2)
+//   B element i (0..3): row 2 * t + (i & 1) + 8 * (i >> 1), column g
+//   C element i (0..3): row g + 8 * (i >> 1),      column 2 * t + (i & 1)
+// For 16-bit types two consecutive elements share a 32-bit register, the lower index
+// in the low half, which is the memory order of the arrays below. float32 operands
+// take the same layout and multiply on CUDA cores (exact float32 products, no TF32).
+template <class T> struct __align__(16) part_frag_a { T x[8]; };
+template <class T> struct __align__(8) part_frag_b { T x[4]; };
+PART_DEV int part_frag_a_row(int g, int i) { return g + 8 * ((i >> 1) & 1); }
+PART_DEV int part_frag_a_col(int t, int i) { return 2 * t + (i & 1) + 8 * (i >> 2); }
+PART_DEV int part_frag_b_row(int t, int i) { return 2 * t + (i & 1) + 8 * (i >> 1); }
+PART_DEV int part_frag_c_row(int g, int i) { return g + 8 * (i >> 1); }
+PART_DEV int part_frag_c_col(int t, int i) { return 2 * t + (i & 1); }
+
+#ifdef PARTITION_EMULATOR
+// The emulator gathers the warp's fragments and computes this lane's four outputs,
+// products and sums in float32, k ascending, starting from c.
+template <class T> PART_DEV void part_mma(float c[4], const part_frag_a<T>& a, const part_frag_b<T>& b) {
+  struct Both { part_frag_a<T> a; part_frag_b<T> b; };
+  Both mine{a, b}, all[32];
+  emu::warp_allgather(mine, all);
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 8; ++i) A[part_frag_a_row(g, i)][part_frag_a_col(t, i)] = float(all[lane].a.x[i]);
+    for (int i = 0; i < 4; ++i) B[part_frag_b_row(t, i)][g] = float(all[lane].b.x[i]);
+  }
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    float acc = c[i];
+    for (int k = 0; k < 16; ++k) acc += A[part_frag_c_row(g, i)][k] * B[k][part_frag_c_col(t, i)];
+    c[i] = acc;
+  }
+}
+#else
+PART_DEV void part_mma(float c[4], const part_frag_a<__half>& a, const part_frag_b<__half>& b) {
+  const uint32_t* ra = reinterpret_cast<const uint32_t*>(a.x);
+  const uint32_t* rb = reinterpret_cast<const uint32_t*>(b.x);
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+}
+PART_DEV void part_mma(float c[4], const part_frag_a<__nv_bfloat16>& a, const part_frag_b<__nv_bfloat16>& b) {
+  const uint32_t* ra = reinterpret_cast<const uint32_t*>(a.x);
+  const uint32_t* rb = reinterpret_cast<const uint32_t*>(b.x);
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+}
+// float32: each lane fetches the A rows and B columns of its outputs by shuffles.
+PART_DEV void part_mma(float c[4], const part_frag_a<float>& a, const part_frag_b<float>& b) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const int owner = (k & 7) >> 1, hi = k >> 3, odd = k & 1;  // the lane column and element holding k
+    const float a0 = __shfl_sync(0xffffffffu, a.x[4 * hi + odd], 4 * g + owner);
+    const float a1 = __shfl_sync(0xffffffffu, a.x[4 * hi + 2 + odd], 4 * g + owner);
+    const float b0 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t) + owner);
+    const float b1 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t + 1) + owner);
+    c[0] += a0 * b0;
+    c[1] += a0 * b1;
+    c[2] += a1 * b0;
+    c[3] += a1 * b1;
+  }
+}
+#endif
+

@@ -83,17 +83,17 @@ def test_progress_goes_to_stderr_only_on_a_terminal(monkeypatch, capsys):
 def test_compare_reports_every_strategy_and_the_ilp_advantage(capsys):
     assert cli.main([GRAPH, "--report", "--compare"]) == 0
     out = capsys.readouterr().out
-    for name in ("none", "greedy", "xla", "tvm", "inductor", "ilp", "vs ilp", "ilp vs best heuristic",
+    for name in ("none", "greedy", "xla", "xla-fmha", "tvm", "inductor", "ilp", "vs ilp", "ilp vs best heuristic",
                  "ilp vs best compiler baseline"):
         assert name in out, name
     assert cli.main([GRAPH, "--report", "--compare", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [c["strategy"] for c in data["comparison"]] == ["none", "greedy", "xla", "tvm", "inductor", "ilp"]
+    assert [c["strategy"] for c in data["comparison"]] == ["none", "greedy", "xla", "xla-fmha", "tvm", "inductor", "ilp"]
     adv = data["ilp_advantage"]
     times = {c["strategy"]: c["modeled_time_us"] for c in data["comparison"]}
-    assert adv["best_us"] == min(times[s] for s in ("greedy", "xla", "tvm", "inductor"))
+    assert adv["best_us"] == min(times[s] for s in ("greedy", "xla", "xla-fmha", "tvm", "inductor"))
     assert adv["ilp_us"] == times["ilp"] and 0 <= adv["saving"] < 1
-    assert data["ilp_advantage_compilers"]["best_us"] == min(times[s] for s in ("xla", "tvm", "inductor"))
+    assert data["ilp_advantage_compilers"]["best_us"] == min(times[s] for s in ("xla", "xla-fmha", "tvm", "inductor"))
 
 
 def test_report_with_a_strategy_outside_the_default_comparison(capsys):

@@ -1,7 +1,8 @@
 """Render every fusion group of a plan into one CUDA kernel from the Jinja2 templates.
 
 One template per group kind (``templates/``): ``pointwise.cu.j2``,
-``row_reduction.cu.j2``, ``contraction.cu.j2`` and ``single_op.cu.j2`` (gather);
+``row_reduction.cu.j2``, ``contraction.cu.j2``, ``attention.cu.j2`` and
+``single_op.cu.j2`` (gather);
 ``kernels/`` builds each one's context. Views need no kernel, a group that writes
 nothing (dead code) needs none either, and custom ops have no semantics: those
 groups are listed as not rendered. Rendering is deterministic: the same plan gives
@@ -19,12 +20,12 @@ from partitioner.cost import Budgets, budgets
 from partitioner.group import Group
 from partitioner.plan import Plan
 
-from .kernels import contraction, pointwise, reduction, single
+from .kernels import attention, contraction, pointwise, reduction, single
 from .kernels.common import TEMPLATES, environment
 
 RUNTIME_HEADER = "partition_runtime.cuh"
 _BUILDERS = {"pointwise": pointwise.build, "reduction": reduction.build, "contraction": contraction.build,
-             "single": single.build}
+             "attention": attention.build, "single": single.build}
 
 
 @dataclass

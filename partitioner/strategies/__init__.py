@@ -15,15 +15,17 @@ from .ilp import Ilp
 from .inductor import Inductor
 from .none import NoFusion
 from .tvm import Tvm
-from .xla import Xla
+from .xla import Xla, XlaFmha
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NoFusion(), Greedy(), Xla(), Tvm(), Inductor(), Ilp())}
+STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NoFusion(), Greedy(), Xla(), XlaFmha(), Tvm(), Inductor(),
+                                                      Ilp())}
 
 
 def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h100",
               time_limit: float | None = None, max_ops: int = DEFAULT_MAX_OPS,
               progress: Progress | None = None) -> Plan:
-    """Partition ``graph`` into fusion groups with ``strategy`` (``none``, ``greedy``, ``ilp``).
+    """Partition ``graph`` into fusion groups with ``strategy`` (a name of :data:`STRATEGIES`:
+    ``none``, ``greedy``, ``xla``, ``xla-fmha``, ``tvm``, ``inductor`` or ``ilp``).
 
     Args:
         graph: from :func:`partitioner.load_graph`.

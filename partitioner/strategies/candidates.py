@@ -15,6 +15,11 @@ group kind is enumerated from its own anchor over its own universe of ops:
 * contraction groups: from each contraction, over it and pointwise ops;
 * reduction groups: from each reduction, over the reductions of the same
   signature that come after it and pointwise ops;
+* attention groups: from each attention pair of contractions (``attention.pairs``)
+  with the ops between them, which every convex group holding both holds, as one
+  seed, over pointwise ops (ESU with the seed as its anchor vertex: every
+  connected superset of the seed is reached once, and only this anchor holds two
+  contractions);
 * gather and custom ops: alone.
 
 A branch of the search is cut only when no set in it can be legal:
@@ -25,7 +30,9 @@ A branch of the search is cut only when no set in it can be legal:
   branch can no longer add) and the written values already break the kind's
   iteration-space rule: two element counts in a pointwise group; a written
   prologue value, or a written value or an epilogue op off the product's element
-  count, or a layout op in the epilogue of a contraction group.
+  count, or a layout op in the epilogue of a contraction group; a written feeder,
+  or an epilogue op off the second product's element count or moving elements,
+  in an attention group.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from ..attention import Pair, pairs
 from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
@@ -163,6 +171,20 @@ class _Search:
                 return True
         return False
 
+    def _attention_conflict(self, p: Pair, mask: int, below: int, above: int, addable: int) -> bool:
+        g = self.graph
+        c1, c2 = g.index[p.c1], g.index[p.c2]
+        epilogue = mask & g.descendants_mask[c2]
+        size = self.numel[c2]
+        while epilogue:
+            low = epilogue & -epilogue
+            epilogue ^= low
+            i = low.bit_length() - 1
+            if self.numel[i] != size or g.ops[g.order[i]].op_class == "injective":
+                return True
+        scores = g.descendants_mask[c1] | (1 << c1)
+        return any(not scores >> i & 1 for i in self.must_writes(mask, below, above, addable))
+
     def emit(self, mask: int, hull: int) -> None:
         if (hull ^ mask) & self.graph.compute_mask:
             return  # not convex: the hull takes in another compute op
@@ -175,10 +197,30 @@ class _Search:
 
     def run(self, kind: str, anchor: int, universe: int, later: int) -> None:
         """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
+        g = self.graph
+        start = self.adj[anchor] & universe
+        self.search(kind, anchor, (1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
+                                   g.ancestors_mask[anchor]), universe, later)
+
+    def run_seeded(self, p: Pair, universe: int) -> None:
+        """ESU from the attention pair ``p``'s seed (its two contractions and every
+        compute op between them) as one anchor vertex, over ``universe``."""
+        g = self.graph
+        seed = (p.middle | (1 << g.index[p.c1]) | (1 << g.index[p.c2])) & g.compute_mask
+        near = below = above = 0
+        for name in g.names(seed):
+            i = g.index[name]
+            near |= self.adj[i]
+            below |= g.descendants_mask[i]
+            above |= g.ancestors_mask[i]
+        start = near & universe & ~seed
+        self.search("attention", p, (seed, start, start | seed, below, above), universe, -1)
+
+    def search(self, kind: str, anchor: int | Pair, state: tuple, universe: int, later: int) -> None:
+        """The ESU loop from ``state`` (mask, extension, closed, below, above) for groups
+        of ``kind`` around ``anchor`` (an op index, or an attention :class:`Pair`)."""
         g, adj = self.graph, self.adj
-        start = adj[anchor] & universe
-        stack = [(1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
-                  g.ancestors_mask[anchor])]
+        stack = [state]
         budget = self.states + MAX_STATES_PER_ANCHOR
         while stack:
             mask, ext, closed, below, above = stack.pop()
@@ -194,6 +236,8 @@ class _Search:
             if kind == "pointwise" and self._pointwise_conflict(mask, below, above, addable):
                 continue
             if kind == "contraction" and self._contraction_conflict(anchor, mask, below, above, addable):
+                continue
+            if kind == "attention" and self._attention_conflict(anchor, mask, below, above, addable):
                 continue
             self.emit(mask, mask | (below & above))
             children = []
@@ -220,6 +264,9 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: flo
     begin = time.perf_counter()
     search = _Search(graph, hw, max_ops, deadline, max_candidates, tick)
     pointwise = search.pointwise
+    attention_pairs: dict[str, list[Pair]] = {}
+    for p in pairs(graph):
+        attention_pairs.setdefault(p.c1, []).append(p)
     try:
         for i in sorted(search.adj):
             op = graph.ops[graph.order[i]]
@@ -229,6 +276,8 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: flo
                     search.run("pointwise", i, pointwise, pointwise & later)
                 elif op.op_class == "contraction":
                     search.run("contraction", i, pointwise | (1 << i), pointwise)
+                    for p in attention_pairs.get(op.name, ()):
+                        search.run_seeded(p, pointwise)
                 elif op.op_class == "reduction":
                     same = graph.reduction_classes[graph.reduction_signature(op.name)]
                     search.run("reduction", i, pointwise | same, pointwise | (same & later))

@@ -25,6 +25,7 @@ import time
 import networkx as nx
 from ortools.sat.python import cp_model
 
+from .. import attention
 from ..cost import objective
 from ..graph import Graph
 from ..group import Group
@@ -51,9 +52,12 @@ def _to_us(value: float, hw: Hardware) -> float:
 def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     """A valid lower bound on any legal plan's integer objective, from structure alone.
 
-    Every read graph input is read once, every output written once, a tensor whose
-    producer and a reader can never share a group is written and read once, and no
-    two of {contractions, gather/custom ops, reduction signature classes} share a group.
+    Every read graph input is read once, every output written once, and a tensor
+    whose producer and a reader can never share a group is written and read once.
+    Launches: every gather or custom op is alone; a group holds one contraction, or
+    two only as an attention group, whose pairs are disjoint (at most a maximum
+    matching of the attention pairs); and a reduction signature class with a
+    reduction outside every attention pair's softmax needs a reduction group of its own.
     """
     g = graph
     bytes_ = 0
@@ -69,8 +73,14 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
         )
         bytes_ += size * (int(name in g.output_storages or split) + int(split))
     classes = g.class_masks
-    groups = (classes.get("contraction", 0) | classes.get("gather", 0) | classes.get("opaque", 0)).bit_count()
-    groups += len(g.reduction_classes)
+    pairs = attention.pairs(g)
+    matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
+    groups = (classes.get("gather", 0) | classes.get("opaque", 0)).bit_count()
+    groups += classes.get("contraction", 0).bit_count() - matched
+    in_softmax = 0
+    for p in pairs:
+        in_softmax |= p.middle
+    groups += sum(1 for mask in g.reduction_classes.values() if mask & ~in_softmax)
     launch = hw.launch_bytes
     return groups * launch.numerator + bytes_ * launch.denominator
 

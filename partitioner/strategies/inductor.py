@@ -9,6 +9,12 @@ Follows ``torch/_inductor/scheduler.py`` of PyTorch v2.5 (``Scheduler.fuse_nodes
 ``epilogue_fusion = True``, ``epilogue_fusion_first = False``).
 ``docs/baselines.md`` describes the procedure and lists every simplification.
 
+Attention. Before scheduling, Inductor's ``fuse_attention`` pass (joint-graph
+patterns, on by default with ``config.pattern_matcher``) replaces the subgraphs its
+patterns match by ``scaled_dot_product_attention``, an extern kernel the scheduler
+never fuses: ``inductor_sdpa.sdpa_rewrites`` finds them, and each becomes a frozen
+attention group.
+
 Nodes. One scheduler node per compute op at the start; a fused node is a group.
 A node *reads* the storages ``group.Group.reads`` names and *writes* every
 storage its ops produce (Inductor's ``read_writes``: a fused node keeps the
@@ -42,6 +48,7 @@ from __future__ import annotations
 from ..graph import Graph
 from ..hardware import Hardware
 from .base import Options, Strategy, assemble
+from .inductor_sdpa import sdpa_rewrites
 from .merging import Merging
 
 #: ``config.max_fusion_size``: scheduler nodes one fused node may hold.
@@ -99,7 +106,7 @@ class _Scheduler:
     def can_fuse(self, a: int, b: int) -> bool:
         """Inductor's ``can_fuse(a, b)`` (module docstring), legality standing in for
         the backend's iteration-space check."""
-        if a == b:
+        if a == b or self.state.frozen.intersection((a, b)):
             return False
         members = self.state.members
         if members[b] & self.ancestors(a):
@@ -160,9 +167,13 @@ class _Scheduler:
         return [self.state.members[k] for k in self.state.groups()]
 
 
-def inductor_groups(graph: Graph, hw: Hardware, max_ops: int) -> list[int]:
-    """The Inductor-style plan as compute-op bitsets (one per group, views left out)."""
-    return _Scheduler(graph, hw, max_ops).run()
+def inductor_groups(graph: Graph, hw: Hardware, max_ops: int) -> tuple[list[int], list[str]]:
+    """The Inductor-style plan as compute-op bitsets (one per group, views left out),
+    and the attention patterns it rewrote to SDPA."""
+    scheduler = _Scheduler(graph, hw, max_ops)
+    rewritten = [name for name, ops in sdpa_rewrites(graph)
+                 if scheduler.state.freeze(graph.mask(ops) & graph.compute_mask) is not None]
+    return scheduler.run(), rewritten
 
 
 class Inductor(Strategy):
@@ -171,4 +182,5 @@ class Inductor(Strategy):
     name = "inductor"
 
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
-        return assemble(graph, inductor_groups(graph, hw, options.max_ops)), {"status": "HEURISTIC"}
+        groups, rewritten = inductor_groups(graph, hw, options.max_ops)
+        return assemble(graph, groups), {"status": "HEURISTIC", "details": {"sdpa_rewrites": rewritten}}

@@ -9,7 +9,9 @@ close a cycle between groups. It holds no fusion rule and no cost of its own.
 
 Group ids are the topological index of a group's first compute op at creation;
 a merged group keeps the smallest id of its parts, so ids are stable and
-deterministic.
+deterministic. A rewrite that replaces a subgraph by one opaque kernel (an
+attention rewrite to a fused-attention call, say) *freezes* its group: it takes
+part in no further merge.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Merging:
                 self._pred[j].add(i)
         self._legal: dict[int, Group | None] = {}
         self._groups: dict[int, Group] = {}
+        self.frozen: set[int] = set()
 
     def readers(self, i: int) -> list[int]:
         """Compute ops reading op ``i``'s result (directly or through views), in order."""
@@ -95,7 +98,10 @@ class Merging:
         return False
 
     def mergeable(self, ids: list[int]) -> Group | None:
-        """The merged group of ``ids`` when it is legal and closes no cycle, else ``None``."""
+        """The merged group of ``ids`` when none is frozen, it is legal and it closes no
+        cycle, else ``None``."""
+        if self.frozen.intersection(ids):
+            return None
         mask = 0
         for gid in ids:
             mask |= self.members[gid]
@@ -105,6 +111,16 @@ class Merging:
         return merged
 
     # ------------------------------------------------------------ update
+
+    def freeze(self, mask: int) -> int | None:
+        """Merge the compute ops ``mask`` into one group that no later merge touches, when
+        that group is legal and closes no cycle; its id, or ``None`` (nothing changes)."""
+        ids = sorted({self.owner[self.graph.index[n]] for n in self.graph.names(mask)})
+        if self.legal_group(mask) is None or self.creates_cycle(ids):
+            return None
+        gid = self.merge(ids)
+        self.frozen.add(gid)
+        return gid
 
     def merge(self, ids: list[int]) -> int:
         """Merge the groups ``ids`` (no checks: call :meth:`mergeable` first); returns

@@ -33,6 +33,12 @@ and layout ops read each element once. ``time = launches × launch_overhead +
 compute + memory - 0.95 × min(compute, memory)``. Since a merge never adds
 bytes, a priority turns negative only through recomputation.
 
+Attention. XLA's fused-attention rewrite (``xla_fmha``) runs before fusion only
+with ``--xla_gpu_enable_cudnn_fmha``, which is off by default: the ``xla``
+strategy leaves attention to priority fusion, as XLA does; ``xla-fmha`` turns the
+flag on, and each subgraph the rewrite matches becomes a frozen attention group
+(a custom call priority fusion never fuses).
+
 ``CanFuse`` guards kept (they decide which fusions XLA makes, not what a kernel
 can do): the merged group must be legal (``legality.is_legal``: every fusion
 rule and budget) and close no cycle; at most one of the merged groups may hold a
@@ -54,6 +60,7 @@ from ..group import Group
 from ..hardware import Hardware
 from .base import Options, Strategy, assemble
 from .merging import Merging
+from .xla_fmha import fmha_rewrites
 
 #: Share of the shorter of compute and memory time hidden under the longer
 #: (``kMemoryComputeParallelism`` in gpu_performance_model_base.h).
@@ -163,15 +170,31 @@ class _PriorityFusion:
         return [self.state.members[k] for k in self.state.groups()]
 
 
-def xla_groups(graph: Graph, hw: Hardware, max_ops: int) -> list[int]:
-    """The XLA-style plan as compute-op bitsets (one per group, views left out)."""
-    return _PriorityFusion(graph, hw, max_ops).run()
+def xla_groups(graph: Graph, hw: Hardware, max_ops: int, cudnn_fmha: bool = False) -> tuple[list[int], int]:
+    """The XLA-style plan as compute-op bitsets (one per group, views left out), and how
+    many attention subgraphs the fused-attention rewrite took (with ``cudnn_fmha``)."""
+    fusion = _PriorityFusion(graph, hw, max_ops)
+    rewritten = 0
+    if cudnn_fmha:
+        for ops in fmha_rewrites(graph):
+            rewritten += fusion.state.freeze(graph.mask(ops) & graph.compute_mask) is not None
+    return fusion.run(), rewritten
 
 
 class Xla(Strategy):
-    """XLA GPU priority fusion (see module docstring)."""
+    """XLA GPU priority fusion with XLA's default flags (see module docstring)."""
 
     name = "xla"
+    cudnn_fmha = False  # --xla_gpu_enable_cudnn_fmha
 
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
-        return assemble(graph, xla_groups(graph, hw, options.max_ops)), {"status": "HEURISTIC"}
+        groups, rewritten = xla_groups(graph, hw, options.max_ops, self.cudnn_fmha)
+        details = {"fmha_rewrites": rewritten} if self.cudnn_fmha else {}
+        return assemble(graph, groups), {"status": "HEURISTIC", "details": details}
+
+
+class XlaFmha(Xla):
+    """XLA with ``--xla_gpu_enable_cudnn_fmha=true``: its fused-attention rewrite first."""
+
+    name = "xla-fmha"
+    cudnn_fmha = True

@@ -172,6 +172,7 @@ struct Warp {
   int size = 0, arrived = 0;
   unsigned gen = 0, all_mask = 0, exited_mask = 0;
   alignas(16) unsigned char buf[32][16];  // one slot per lane for exchanges
+  alignas(16) unsigned char wide[32][64];  // one slot per lane for emu::warp_allgather
 };
 
 struct Launch {
@@ -478,6 +479,21 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
 }
 
 }  // namespace detail
+
+// Emulator extension for device helpers that model a warp-wide instruction (e.g. an
+// mma.sync whose fragments are spread over the lanes): every lane of the warp passes
+// its value and receives all of them, all[lane] from that lane. T: trivially copyable,
+// at most 64 bytes. Every existing lane must call it (like any warp collective).
+template <class T>
+void warp_allgather(const T& mine, T* all) {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 64,
+                "warp_allgather takes a trivially copyable value of at most 64 bytes");
+  detail::Warp& w = detail::my_warp();
+  std::memcpy(w.wide[detail::my_lane()], &mine, sizeof(T));
+  detail::warp_barrier(~0u, "warp_allgather");
+  for (int i = 0; i < w.size; ++i) std::memcpy(&all[i], w.wide[i], sizeof(T));
+  detail::warp_barrier(~0u, "warp_allgather");  // nobody rewrites a slot before every lane has read
+}
 
 // Names what runs next (a kernel and its group, say) in every failure report; the
 // string must outlive the launches it names. nullptr clears it.

@@ -1,0 +1,189 @@
+"""Context of ``attention.cu.j2``: a FlashAttention-2 kernel for one attention group.
+
+``partitioner.attention.structure`` says which op plays which part; the tiling comes
+from ``partitioner.cost.attention_tiling``, so the budgets the partitioner checks
+and the kernel agree by construction. Every value the kernel computes between the
+two products comes from the group's own ops through :class:`~..codegen.Emitter`,
+with the products' elements and the running row maximum and sum as sources, so
+the kernel evaluates exactly the ops the group holds, rounded as they round.
+"""
+
+from __future__ import annotations
+
+import math
+
+from partitioner.attention import Structure, structure
+from partitioner.cost import ATTN_ROW_PAD, attention_tiling
+from partitioner.dtypes import accumulator_dtype
+from partitioner.group import Group
+from partitioner.ops import matmul_shapes
+
+from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, literal, \
+    storage_type, to_storage
+from .common import expr_macro, external_sources, index_type, parameters
+
+STATIC_SMEM_LIMIT = 48 * 1024
+MAX_GRID_X = 2**31 - 1
+
+
+class _Context:
+    """Emitters of one kernel, sharing its names and external sources."""
+
+    def __init__(self, group: Group, params):
+        self.g = group.graph
+        self.names = Names()
+        self.sources = external_sources(group, params)
+        self.params = params
+
+    def emitter(self, depth: int, **scalars: str) -> Emitter:
+        """An emitter whose tensors named in ``scalars`` are registers holding their
+        value at the element being computed."""
+        em = Emitter(self.g, self.sources, expr_macro(), "idx_t", self.names)
+        em.depth = depth
+        for tensor, var in scalars.items():
+            em.sources[tensor] = Source("scalar", var)
+        return em
+
+
+def _score_index(em: Emitter, shape: tuple[int, ...], sq: int, key: str) -> tuple[str, ...]:
+    """Index in a score-aligned tensor of ``shape`` of element (row ``b * sq + q``, key)."""
+    row = em.index_var(f"b * {sq} + q")
+    return tuple(em.index_var(e) for e in delinearize(shape[:-1], row)) + (key,)
+
+
+def _row_index(em: Emitter, shape: tuple[int, ...], sq: int) -> tuple[str, ...]:
+    """Index in a per-row tensor of ``shape`` of row ``b * sq + q``."""
+    row = em.index_var(f"b * {sq} + q")
+    return tuple(em.index_var(e) for e in delinearize(shape, row))
+
+
+def _operand(ctx: _Context, tensor: str, batch_idx: tuple[str, ...], rows: str, cols: str, dtype: str) -> str:
+    """Statements that set ``val`` to the matmul operand ``tensor`` at (batch, rows, cols)."""
+    em = ctx.emitter(3)
+    t = ctx.g.tensor(tensor)
+    idx = broadcast_index(t.shape[:-2], batch_idx) + (rows, cols)
+    em.emit(f"val = {convert(em.value(tensor, idx), t.dtype, dtype)};")
+    return "\n".join(em.lines)
+
+
+def build(group: Group, index: int, hw) -> dict:
+    g = group.graph
+    st = structure(group)
+    p = st.pair
+    tiling = attention_tiling(group)
+    params = parameters(group)
+    itype, bits = index_type(group)
+    ctx = _Context(group, params)
+    c1, c2 = g.ops[p.c1], g.ops[p.c2]
+    grid_x = tiling.q_tiles * p.batch
+    if grid_x > MAX_GRID_X:
+        raise ValueError(f"attention '{p.c1}': {grid_x} blocks exceed the grid's x limit {MAX_GRID_X}")
+
+    head = ctx.emitter(1)
+    batch1, *_ = matmul_shapes(*(g.tensor(t).shape for t in c1.inputs))
+    batch2, *_ = matmul_shapes(*(g.tensor(t).shape for t in c2.inputs))
+    b1 = tuple(head.index_var(e) for e in delinearize(batch1, "b"))
+    b2 = tuple(head.index_var(e) for e in delinearize(batch2, "b"))
+
+    dtype = p.dtype
+    x_t, e_t = g.tensor(p.x), g.tensor(p.e)
+    m_op, l_op = g.ops[p.row_max], g.ops[p.row_sum]
+    l_acc = accumulator_dtype(e_t.dtype)
+    c1_value = convert(convert("acc", "float32", c1.promoted), c1.promoted, c1.out.dtype)
+    m_value = convert("m", m_op.promoted, m_op.out.dtype)
+    l_value = convert(convert("l", l_acc, l_op.promoted), l_op.promoted, l_op.out.dtype)
+
+    # pass 1: X (what the row maximum reduces) and E (what the row sum adds) per score element
+    x_em = ctx.emitter(2, **{p.c1: "s"})
+    x_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
+    x_em.emit(f"return {x_em.value(p.x, _score_index(x_em, x_t.shape, p.sq, 'k'))};")
+    e_em = ctx.emitter(2, **{p.c1: "s", p.x: "x", p.row_max: "mv"})
+    e_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
+    e_em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
+    e_em.emit(f"return {convert(e_em.value(p.e, _score_index(e_em, e_t.shape, p.sq, 'k')), e_t.dtype, l_acc)};")
+
+    # the normalisation that moves after C2: divide by the row sum, or multiply by 1 / sum
+    how, scale = p.normalise
+    n_em = ctx.emitter(2, **{p.row_sum: "lv"})
+    n_em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
+    factor = n_em.value(scale, _row_index(n_em, g.tensor(scale).shape, p.sq))
+    factor = convert(factor, g.tensor(scale).dtype, "float32")
+    n_em.emit(f"return {'o / ' if how == 'div' else 'o * '}{factor};")
+
+    epilogue = _epilogue(ctx, group, st, b2)
+    score_writes, row_writes = _score_writes(ctx, st, m_value, l_value, c1_value)
+
+    smem = tiling.shared_memory
+    static = smem if smem <= STATIC_SMEM_LIMIT else 0
+    d_pad, dv_pad = tiling.d_pad, tiling.dv_pad
+    return {
+        "template": "attention.cu.j2", "params": params, "bits": bits,
+        "grid": (grid_x, 1, 1), "block": (tiling.threads, 1, 1),
+        "smem_dynamic": 0 if static else smem, "smem_static": static,
+        "context": {
+            "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
+            "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,
+            "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
+            "q_tiles": tiling.q_tiles, "k_tiles": tiling.k_tiles, "smem_static": static,
+            "batch_index": "\n".join(head.lines),
+            "q_value": _operand(ctx, c1.inputs[0], b1, "q", "d", dtype),
+            "k_value": _operand(ctx, c1.inputs[1], b1, "d", "k", dtype),
+            "v_value": _operand(ctx, c2.inputs[1], b2, "k", "dv", dtype),
+            "to_op": to_storage("v", dtype) if dtype != "float32" else "v",
+            "x_reg": REGISTER[x_t.dtype], "x_body": "\n".join(x_em.lines),
+            "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted),
+            "l_reg": REGISTER[l_acc], "e_body": "\n".join(e_em.lines), "norm_body": "\n".join(n_em.lines),
+            "epilogue": epilogue, "score_writes": score_writes, "row_writes": row_writes,
+        },
+    }
+
+
+def _epilogue(ctx: _Context, group: Group, st: Structure, b2: tuple[str, ...]) -> str:
+    """Statements storing C2's element (q, dv) and the epilogue values computed from it."""
+    g, p = ctx.g, st.pair
+    c2 = g.ops[p.c2]
+    em = ctx.emitter(2)
+    cvar = em.declare(c2.promoted, convert("o", "float32", c2.promoted), "c")
+    if c2.out.dtype != c2.promoted:
+        cvar = em.declare(c2.out.dtype, convert(cvar, c2.promoted, c2.out.dtype), "c")
+    em.sources[p.c2] = Source("scalar", cvar)
+    out_idx = b2 + ("q", "dv")
+    written = [w for w in group.writes if w == p.c2 or st.epilogue >> g.index[w] & 1]
+    _stores(em, ctx, written, c2.out.shape, out_idx)
+    return "\n".join(em.lines)
+
+
+def _stores(em: Emitter, ctx: _Context, tensors: list[str], shape: tuple[int, ...], idx: tuple[str, ...]) -> None:
+    """Store each of ``tensors`` (same element count as ``shape``) at the element ``idx`` of ``shape``."""
+    lin = None
+    for w in tensors:
+        t = ctx.g.tensor(w)
+        if t.shape == shape:
+            em.store(w, ctx.params.pointer[w], idx)
+        else:
+            lin = lin or em.index_var(linear(shape, idx))
+            em.store(w, ctx.params.pointer[w], tuple(em.index_var(e) for e in delinearize(t.shape, lin)))
+
+
+def _score_writes(ctx: _Context, st: Structure, m_value: str, l_value: str, c1_value: str) -> tuple[str, str]:
+    """Pass-2 statements storing written score elements, and statements storing written
+    per-row values, from the final row maximum ``m`` and sum ``l``."""
+    g, p = ctx.g, st.pair
+    m_op, l_op = g.ops[p.row_max], g.ops[p.row_sum]
+    elems = [w for w in st.score_writes if w not in st.rows]
+    rows = [w for w in st.score_writes if w in st.rows]
+    scalars = {p.c1: "s", p.row_max: "mv", p.row_sum: "lv"}
+    em = ctx.emitter(2, **scalars)
+    if elems:
+        em.emit(f"const {REGISTER[g.ops[p.c1].out.dtype]} s = {c1_value};")
+        em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
+        em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
+        for w in elems:
+            em.store(w, ctx.params.pointer[w], _score_index(em, g.tensor(w).shape, p.sq, "k"))
+    rem = ctx.emitter(2, **{p.row_max: "mv", p.row_sum: "lv"})
+    if rows:
+        rem.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
+        rem.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
+        for w in rows:
+            rem.store(w, ctx.params.pointer[w], _row_index(rem, g.tensor(w).shape, p.sq))
+    return "\n".join(em.lines), "\n".join(rem.lines)

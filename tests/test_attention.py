@@ -1,0 +1,273 @@
+"""Attention groups: found from the primitive ops, legal only as online softmax can
+compute them, priced like every group, enumerated without loss, and chosen by the
+ILP exactly (brute force over every partition into legal groups)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from partitioner import IllegalPlan, PROFILES, evaluate, load_graph, partition
+from partitioner.attention import pairs, structure
+from partitioner.cost import group_cost
+from partitioner.group import Group
+from partitioner.legality import check_acyclic, check_group
+from partitioner.strategies.candidates import enumerate_candidates
+
+from .attention_graphs import attention
+from .conftest import GRAPHS, make_graph, op
+
+H100 = PROFILES["h100"]
+
+
+def reason(graph, fused):
+    """Reason code of evaluating ``fused`` as one group and every other op alone."""
+    groups = [list(fused)] + [[n] for n in graph.ops if n not in fused]
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(graph, groups)
+    return info.value.reason
+
+
+def everything_but(graph, *left_out):
+    return [n for n in graph.ops if n not in left_out]
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@pytest.mark.parametrize("softmax", ["composite", "primitives"])
+def test_pair_found_from_primitives_whatever_the_names(softmax):
+    g = attention(batch=2, heads=3, sq=33, sk=31, d=32, dv=16, mask="causal", softmax=softmax)
+    (p,) = pairs(g)
+    assert (p.c1, p.c2, p.batch, p.sq, p.sk, p.d, p.dv, p.dtype) == ("scores", "out", 6, 33, 31, 32, 16, "float16")
+    assert p.normalise[0] == "div"
+    assert group_kinds(partition(g, "ilp")) == ["attention"]
+
+
+def test_normalising_by_a_reciprocal_is_online_too():
+    g = make_graph({"q": [2, 8, 16], "k": [2, 16, 8], "v": [2, 8, 4]}, [
+        op("s", "matmul", ["q", "k"]), op("m", "reduce_max", ["s"], axes=[2], keepdims=True),
+        op("d", "sub", ["s", "m"]), op("e", "exp", ["d"]), op("l", "reduce_sum", ["e"], axes=[2], keepdims=True),
+        op("r", "reciprocal", ["l"]), op("p", "mul", ["r", "e"]), op("o", "matmul", ["p", "v"])], ["o"])
+    (p,) = pairs(g)
+    assert p.normalise == ("mul", "r")
+    evaluate(g, [list(g.ops)])
+
+
+def group_kinds(plan):
+    return [c.kind for c in plan.cost.groups if c.kind != "view"]
+
+
+# ---------------------------------------------------------------- rules, each with its code
+
+
+def test_two_matmuls_without_a_softmax_between_are_two_contractions():
+    g = make_graph({"x": [8, 16], "w1": [16, 32], "w2": [32, 16]}, [
+        op("h", "matmul", ["x", "w1"]), op("a", "gelu", ["h"]), op("y", "matmul", ["a", "w2"])], ["y"])
+    assert reason(g, ["h", "a", "y"]) == "contraction.multiple"
+
+
+@pytest.mark.parametrize("mutation,code", [
+    ("transposed_scores", "attention.score_layout"),
+    ("column_softmax", "attention.score_layout"),
+    ("log_softmax", "attention.not_online"),
+    ("bias_after_softmax", "attention.not_online"),
+    ("scores_as_second_operand", "attention.operand"),
+    ("rows_regrouped", "attention.key_axis"),
+])
+def test_what_online_softmax_cannot_compute_is_rejected(mutation, code):
+    g = _mutated(mutation)
+    assert reason(g, list(g.ops)) == code
+
+
+def _mutated(mutation):
+    inputs = {"q": [2, 8, 16], "k": [2, 16, 8], "v": [2, 8, 8]}
+    ops = [op("s", "matmul", ["q", "k"])]
+    x = "s"
+    if mutation == "transposed_scores":
+        ops.append(op("st", "transpose", ["s"], perm=[0, 2, 1]))
+        x = "st"
+    axis = -2 if mutation == "column_softmax" else -1
+    ops.append(op("p0", "log_softmax" if mutation == "log_softmax" else "softmax", [x], axis=axis))
+    p = "p0"
+    if mutation == "bias_after_softmax":
+        ops.append(op("pb", "add", ["p0", 0.1]))
+        p = "pb"
+    if mutation == "rows_regrouped":  # 2 x 8 query rows become 4 x 4: a product per half head
+        inputs["v"] = [4, 8, 8]
+        ops += [op("pr", "reshape", [p], shape=[4, 4, 8]), op("o", "matmul", ["pr", "v"])]
+    elif mutation == "scores_as_second_operand":
+        ops.append(op("o", "matmul", ["v", p]))
+    else:
+        ops.append(op("o", "matmul", [p, "v"]))
+    return make_graph(inputs, ops, ["o"])
+
+
+def test_feeders_are_recomputed_so_never_written():
+    g = make_graph({"q": [1, 2, 8, 16], "k": [1, 2, 8, 16], "v": [1, 2, 8, 16], "bias": [8, 8]}, [
+        op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]), op("s", "matmul", ["q", "kt"]), op("b2", "mul", ["bias", 2.0]),
+        op("sb", "add", ["s", "b2"]), op("p", "softmax", ["sb"]), op("o", "matmul", ["p", "v"])], ["o", "b2"])
+    assert reason(g, list(g.ops)) == "contraction.prologue_written"
+    evaluate(g, [everything_but(g, "b2"), ["b2"]])
+
+
+def test_epilogue_rules():
+    base = {"q": [1, 2, 8, 16], "k": [1, 2, 16, 8], "v": [1, 2, 8, 8]}
+    core = [op("s", "matmul", ["q", "k"]), op("p", "softmax", ["s"]), op("o", "matmul", ["p", "v"])]
+    moved = make_graph(base, core + [op("t", "transpose", ["o"], perm=[0, 2, 1, 3])], ["t"])
+    assert reason(moved, list(moved.ops)) == "contraction.epilogue_op"
+    with_scores = make_graph(base, core + [op("y", "add", ["o", "p"])], ["y"])
+    assert reason(with_scores, list(with_scores.ops)) == "attention.epilogue_input"
+    reduced = make_graph(base, core + [op("r", "reduce_sum", ["o"], axes=[-1])], ["r"])
+    assert reason(reduced, list(reduced.ops)) == "attention.extra_reduction"
+
+
+@pytest.mark.parametrize("spec,code", [
+    (dict(dtype="float64"), "attention.dtype"),
+    (dict(d=320, dtype="bfloat16"), "attention.head_dim"),
+    (dict(d=256, dtype="float32"), "budget.registers"),  # float32 products need more than 255 registers
+])
+def test_dtypes_head_dims_and_budgets(spec, code):
+    g = attention(sq=8, sk=8, **spec)
+    assert reason(g, list(g.ops)) == code
+
+
+def test_head_dims_that_fit():
+    for fits in (attention(d=256, sq=8, sk=8, dtype="bfloat16"), attention(d=128, sq=8, sk=8, dtype="float32")):
+        evaluate(fits, [list(fits.ops)])
+
+
+def test_two_attentions_or_three_contractions_never_share_a_group():
+    g = make_graph({"q": [2, 8, 16], "k": [2, 16, 8], "v": [2, 8, 16], "w": [16, 8]}, [
+        op("s", "matmul", ["q", "k"]), op("p", "softmax", ["s"]), op("o", "matmul", ["p", "v"]),
+        op("y", "matmul", ["o", "w"])], ["y"])
+    assert reason(g, list(g.ops)) == "contraction.multiple"
+
+
+# ---------------------------------------------------------------- cost
+
+
+def test_attention_bytes_are_its_inputs_output_and_written_scores():
+    g = attention(batch=2, heads=4, sq=64, sk=48, d=32, mask="additive", probs_output=True)
+    group = Group(g, g.mask(g.ops))
+    cost = group_cost(group, H100)
+    assert cost.bytes_read == sum(g.tensor(t).nbytes for t in ("q", "k", "v", "mask"))
+    assert cost.bytes_written == g.tensor("out").nbytes + g.tensor("probs").nbytes
+    assert cost.launches == 1
+    tiles = structure(group)
+    assert tiles.score_writes == ("probs",)
+
+
+def test_gpt2_attention_traffic_leaves_the_plan():
+    g = load_graph(next(p for p in GRAPHS if p.stem == "gpt2_2l_b8_s1024_f16"))
+    plan = partition(g, "ilp")
+    assert plan.solver.status == "OPTIMAL"
+    assert group_kinds(plan).count("attention") == 2
+    assert plan.cost.modeled_time_us <= 0.45 * 797.9  # the plan without attention groups modelled 797.9 us
+
+
+# ---------------------------------------------------------------- enumeration and exactness
+
+
+def legal_groups(graph):
+    """Every legal group of ``graph`` by brute force over all subsets of its ops
+    (with legality alone), as compute-op masks."""
+    found = set()
+    ops = list(graph.ops)
+    for size in range(1, len(ops) + 1):
+        for members in itertools.combinations(ops, size):
+            group = Group.of(graph, members)
+            if group.mask != graph.convex_hull(group.mask) or not group.compute:
+                continue
+            try:
+                check_group(group, H100)
+            except IllegalPlan:
+                continue
+            found.add(group.compute_mask)
+    return found
+
+
+SMALL = [
+    dict(sq=8, sk=8, d=16, heads=1, mask="causal"),
+    dict(sq=8, sk=8, d=16, heads=2, kv_heads=1, softmax="primitives"),
+    dict(sq=8, sk=8, d=16, heads=1, mask="additive", epilogue=True, probs_output=True),
+]
+
+
+@pytest.mark.parametrize("spec", SMALL, ids=["causal", "gqa_primitives", "mask_epilogue_probs"])
+def test_enumeration_finds_every_legal_attention_group_once(spec):
+    g = attention(**spec)
+    found = enumerate_candidates(g, H100, 64)
+    assert found.complete and len(found.masks) == len(set(found.masks))
+    assert set(found.masks) == legal_groups(g)
+    assert any(group.kind == "attention" for group in found.groups)
+
+
+def best_partition(graph):
+    """The least modelled time over every partition of ``graph`` into legal groups,
+    by exact cover over all legal subsets (brute force, independent of the ILP)."""
+    ops = list(graph.ops)
+    legal = []
+    for size in range(1, len(ops) + 1):
+        for members in itertools.combinations(ops, size):
+            group = Group.of(graph, members)
+            try:
+                check_group(group, H100)
+            except IllegalPlan:
+                continue
+            legal.append((group, group_cost(group, H100).modeled_time_us))
+    by_first = {}
+    for group, time in legal:
+        by_first.setdefault(group.ops[0], []).append((group, time))
+    best = math.inf
+
+    def cover(left: set, chosen: list, time: float):
+        nonlocal best
+        if time >= best:
+            return
+        if not left:
+            try:
+                check_acyclic(graph, chosen)
+            except IllegalPlan:
+                return
+            best = time
+            return
+        first = min(left, key=graph.index.__getitem__)
+        for group, cost in by_first.get(first, ()):
+            if set(group.ops) <= left:
+                cover(left - set(group.ops), chosen + [group], time + cost)
+
+    cover(set(ops), [], 0.0)
+    return best
+
+
+@st.composite
+def attention_specs(draw):
+    mask = draw(st.sampled_from([None, "causal", "additive", "bias"]))
+    return dict(sq=draw(st.sampled_from([8, 64, 256])), sk=draw(st.sampled_from([8, 64, 256])),
+                d=draw(st.sampled_from([16, 64])), heads=draw(st.sampled_from([1, 4])), mask=mask,
+                scale=draw(st.booleans()), softmax=draw(st.sampled_from(["composite", "primitives"])),
+                epilogue=draw(st.booleans()), probs_output=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float16", "float32"])),
+                extras=draw(st.sets(st.sampled_from(["q_prologue", "k_written", "score_side", "out_consumers"]))))
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(attention_specs())
+def test_ilp_equals_brute_force_on_attention_graphs(spec):
+    g = attention(**spec)
+    plan = partition(g, "ilp")
+    assert plan.solver.status == "OPTIMAL"
+    assert math.isclose(plan.cost.modeled_time_us, best_partition(g), rel_tol=1e-12)
+
+
+def test_every_transformer_of_the_corpus_gets_one_attention_group_per_layer(graph_path):
+    g = load_graph(graph_path)
+    layers = len(pairs(g))
+    if not layers:
+        pytest.skip("no attention in this graph")
+    assert group_kinds(partition(g, "ilp")).count("attention") == layers

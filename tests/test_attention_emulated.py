@@ -1,0 +1,119 @@
+"""The attention template on the CPU emulator, against the NumPy reference of the
+unfused graph: sequence lengths, head dims, dtypes, masks and biases, fully masked
+rows, grouped-query heads and probabilities needed outside the kernel.
+
+Online softmax sums the keys in another order and rounds the unnormalised
+probabilities to the operand dtype, so outputs are not bit-identical to the
+unfused plan; they are checked with the dtype tolerances of ``backends/check.py``
+and, tighter, with the attention bound of ``docs/backends.md``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from backends.check import TOLERANCES, compare, output_value, run_and_check, storage_values
+from backends.cuda import CudaBackend
+from partitioner import partition, run_reference
+from partitioner.reference import random_inputs
+
+from .attention_graphs import attention
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+EMULATOR = CudaBackend(emulate=True)
+#: Largest error of an attention output, as a fraction of the largest |V| (docs/backends.md):
+#: a few units in the last place of the operand dtype, from rounding the unnormalised
+#: probabilities to it before the product (the unfused plan rounds the normalised ones).
+ATTENTION_BOUND = {"float16": 2**-9, "bfloat16": 2**-6, "float32": 2**-16}
+
+
+def run(graph, inputs=None):
+    """Plan with the ILP (one attention kernel), emulate, and check every output."""
+    plan = partition(graph, "ilp")
+    assert [c.kind for c in plan.cost.groups if c.kind != "view"] == ["attention"]
+    values = {**random_inputs(graph, 0), **(inputs or {})}
+    checks = run_and_check(plan, EMULATOR, inputs=values)
+    assert all(c.ok for c in checks), checks
+    reference = run_reference(graph, values)
+    got = {**storage_values(graph, values), **EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), values)}
+    v = np.abs(values["v"].astype(np.float64)).max()
+    for out in graph.outputs:
+        if out != "probs":
+            error = _error(output_value(graph, got, out), reference[out])
+            assert error <= ATTENTION_BOUND[graph.tensor(out).dtype] * v, (out, error)
+    return got, reference
+
+
+def _error(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    return float(np.abs(got[finite] - want[finite]).max(initial=0.0))
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 1), (31, 33), (33, 31), (127, 127), (1000, 1000)])
+def test_sequence_lengths(sq, sk):
+    run(attention(sq=sq, sk=sk, d=64, heads=1, mask="causal" if sq == sk else None))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("d", [32, 64, 80, 128])
+def test_head_dims_and_dtypes(d, dtype):
+    run(attention(d=d, dtype=dtype, sq=33, sk=47))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_causal_mask_in_the_primitive_chain(dtype):
+    run(attention(sq=70, sk=70, dtype=dtype, mask="causal", softmax="primitives"))
+
+
+def test_padding_mask_with_fully_masked_rows_gives_nan_like_the_reference():
+    g = attention(batch=3, sq=17, sk=40, mask="padding")
+    keep = np.ones((3, 1, 1, 40), bool)
+    keep[0, ..., 25:] = False
+    keep[2] = False  # every key of batch 2 is masked: softmax over all -inf is NaN
+    got, reference = run(g, {"keep": keep})
+    assert np.isnan(reference["out"][2]).all() and np.isnan(got["out"][2]).all()
+    assert np.isfinite(got["out"][:2]).all()
+
+
+def test_t5_additive_bias_without_scale():
+    run(attention(heads=4, sq=45, sk=45, scale=False, mask="bias", dtype="bfloat16"))
+
+
+def test_additive_mask_as_gpt2_writes_it_and_a_residual_epilogue():
+    run(attention(batch=2, sq=40, sk=40, mask="additive", epilogue=True))
+
+
+def test_grouped_query_heads_share_kv_without_materialising_the_expand():
+    g = attention(batch=1, heads=8, kv_heads=2, sq=33, sk=50, d=64)
+    plan = partition(g, "ilp")
+    group = next(c for c in plan.cost.groups if c.kind == "attention")
+    # K and V are read once at their own size: 2 heads, not 8
+    assert group.bytes_read == sum(g.tensor(t).nbytes for t in ("q", "k", "v"))
+    run(g)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_probabilities_needed_outside_are_written_in_a_second_pass(dtype):
+    g = attention(sq=37, sk=70, probs_output=True, mask="causal", dtype=dtype)
+    plan = partition(g, "ilp")
+    group = next(c for c in plan.cost.groups if c.kind == "attention")
+    assert group.bytes_written == g.tensor("out").nbytes + g.tensor("probs").nbytes
+    got, reference = run(g)
+    rtol, atol = TOLERANCES[dtype]
+    np.testing.assert_allclose(got["probs"].astype(np.float64), reference["probs"].astype(np.float64),
+                               rtol=rtol, atol=atol)
+
+
+def test_check_passes_cancellation_normwise_and_fails_a_wrong_element():
+    want = np.array([150.0, -149.98, 0.02, 3.0], np.float16).astype(np.float64)
+    # a different summation order leaves the near-zero element 0.06 off: 3x its size, 4e-4 of the tensor's scale
+    reordered = want + np.array([0.0, 0.0, 0.06, 0.0])
+    assert compare("y", "float16", reordered, want).ok
+    wrong = want + np.array([0.0, 0.0, 0.0, 2.0])  # one element off by its own size
+    assert not compare("y", "float16", wrong, want).ok
+    assert not compare("y", "float16", np.where(np.arange(4) == 1, np.nan, want), want).ok
