@@ -3,7 +3,7 @@
 Run: python benchmarks/compare.py [--hardware h100 h200 a100] [--time-limit 120]
      [--markdown docs/results.md] [--figure docs/results.png]
 
-For each graph and profile, every strategy (none, greedy, xla, tvm, inductor, ilp)
+For each graph and profile, every strategy (none, greedy, xla, xla-fmha, tvm, inductor, ilp)
 plans the graph, one after another in this one process, so that their planning
 wall times are measured side by side on the same machine. Prints the Markdown and
 writes it to ``--markdown``: a summary (on how many graph/profile pairs the ILP is
@@ -92,7 +92,7 @@ def summary(rows: list[Row]) -> list[str]:
     largest = max(rows, key=lambda r: (r.ops, r.graph))
     times = ", ".join(f"{s} {largest.plans[s].solver.wall_s:.2f} s" for s in STRATEGIES)
     return [
-        *_versus(rows, COMPILERS, "best production-compiler heuristic (xla, tvm, inductor)"),
+        *_versus(rows, COMPILERS, "best production-compiler heuristic (xla, xla-fmha, tvm, inductor)"),
         *_versus(rows, HEURISTICS, "best heuristic including this project's greedy"),
         f"- Planning time on the largest graph ({largest.graph}, {largest.ops} ops, {largest.hardware}), "
         f"measured in this run: {times}.",

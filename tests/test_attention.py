@@ -271,3 +271,21 @@ def test_every_transformer_of_the_corpus_gets_one_attention_group_per_layer(grap
     if not layers:
         pytest.skip("no attention in this graph")
     assert group_kinds(partition(g, "ilp")).count("attention") == layers
+
+
+# ---------------------------------------------------------------- reports and pictures
+
+
+def test_report_json_and_drawing_show_the_attention_tiling():
+    from partitioner.draw import to_dot
+    from partitioner.report import text_report
+
+    g = attention(batch=2, heads=4, sq=200, sk=150, d=80)
+    plan = partition(g, "ilp")
+    (tiling,) = [grp["tiling"] for grp in plan.to_dict()["groups"] if grp["kind"] == "attention"]
+    assert (tiling["block_m"], tiling["block_n"], tiling["d_pad"], tiling["q_tiles"], tiling["k_tiles"]) == \
+        (64, 64, 80, 4, 3)
+    assert "attention #0: 64x64 tiles (query rows x keys), head dims 80/80 padded, 4 warps, 4 query tile(s) per " \
+           "head, 3 K/V tile(s) streamed per block" in text_report(plan)
+    source = to_dot(plan).source
+    assert "#0 attention" in source and "64x64 tiles, 3 K/V tile(s) per block" in source

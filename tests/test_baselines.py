@@ -4,6 +4,7 @@ their source compilers are documented to make."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,15 +13,16 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from partitioner import evaluate, load_hardware, partition
+from partitioner import evaluate, load_graph, load_hardware, partition
 from partitioner.group import Group
 from partitioner.strategies.inductor import MAX_FUSION_SIZE
+from partitioner.strategies.merging import Merging
 from partitioner.strategies.xla import xla_time
 
 from .conftest import ROOT, make_graph, op
 from .random_graphs import small_graphs
 
-HEURISTICS = ("xla", "tvm", "inductor")
+HEURISTICS = ("xla", "xla-fmha", "tvm", "inductor")
 
 
 def groups_of(plan) -> list[set[str]]:
@@ -150,3 +152,89 @@ def test_baselines_give_the_same_plan_across_processes():
         return json.loads(out)
 
     assert run(1) == run(2)
+
+
+# ---------------------------------------------------------------- attention rewrites
+
+
+def _pattern28(mask=False, dtype="float16", tail=False):
+    """Inductor's pattern 28 as torch.export writes it: matmul of non-contiguous q, k, v
+    (expand, clone, view, bmm), a multiply by a Python float, softmax, matmul."""
+    inputs = {"q": [2, 4, 16, 8], "k": [2, 4, 16, 8], "v": [2, 4, 16, 8]}
+    ops = [op("qe", "broadcast_to", ["q"], shape=[2, 4, 16, 8]), op("qc", "identity", ["qe"]),
+           op("qv", "reshape", ["qc"], shape=[8, 16, 8]), op("kp", "transpose", ["k"], perm=[0, 1, 3, 2]),
+           op("ke", "broadcast_to", ["kp"], shape=[2, 4, 8, 16]), op("kc", "identity", ["ke"]),
+           op("kv", "reshape", ["kc"], shape=[8, 8, 16]), op("s", "matmul", ["qv", "kv"]),
+           op("sv", "reshape", ["s"], shape=[2, 4, 16, 16]), op("m", "mul", ["sv", 0.35])]
+    x = "m"
+    if mask:
+        inputs["mask"] = [2, 1, 16, 16]
+        ops.append(op("a", "add", ["m", "mask"]))
+        x = "a"
+    ops += [op("p", "softmax", [x]), op("pe", "broadcast_to", ["p"], shape=[2, 4, 16, 16]),
+            op("pv", "reshape", ["pe"], shape=[8, 16, 16]), op("ve", "broadcast_to", ["v"], shape=[2, 4, 16, 8]),
+            op("vc", "identity", ["ve"]), op("vv", "reshape", ["vc"], shape=[8, 16, 8]),
+            op("o", "matmul", ["pv", "vv"]), op("ov", "reshape", ["o"], shape=[2, 4, 16, 8])]
+    if tail:
+        ops.append(op("y", "exp", ["ov"]))
+    return make_graph(inputs, ops, ["y" if tail else "ov"], dtype=dtype)
+
+
+def test_inductor_rewrites_its_own_attention_pattern_to_one_frozen_kernel():
+    g = _pattern28()
+    plan = partition(g, "inductor")
+    assert plan.solver.details["sdpa_rewrites"] == ["_sfdp_pattern_28_half_inference"]
+    kinds = [c.kind for c in plan.cost.groups if c.kind != "view"]
+    assert kinds == ["attention"]
+
+
+@pytest.mark.parametrize("graph", [_pattern28(mask=True), _pattern28(dtype="float32")], ids=["mul_then_mask", "f32"])
+def test_inductor_leaves_what_its_patterns_do_not_match(graph):
+    # no pattern multiplies by a scale and then adds a mask; float32 needs TF32 matmuls on CUDA
+    assert partition(graph, "inductor").solver.details["sdpa_rewrites"] == []
+
+
+def test_neither_compiler_rewrites_attention_by_default_on_the_corpus():
+    for name in ("gpt2_2l_b8_s1024_f16", "bert_base_2l_b32_s128_f16", "llama7b_2l_b4_s2048_bf16"):
+        g = load_graph(ROOT / "graphs" / f"{name}.yaml")
+        assert partition(g, "inductor").solver.details["sdpa_rewrites"] == [], name
+        assert "attention" not in [c.kind for c in partition(g, "xla").cost.groups], name
+        fmha = partition(g, "xla-fmha")
+        assert [c.kind for c in fmha.cost.groups].count("attention") == fmha.solver.details["fmha_rewrites"] == 2
+
+
+@pytest.mark.parametrize("spec,fires", [
+    (dict(mask="additive"), True),
+    (dict(mask="additive", softmax="primitives", dtype="bfloat16"), True),
+    (dict(mask="causal"), False),  # a select on the scores, not an added bias
+    (dict(d=256, dtype="bfloat16"), False),  # head dim over 128
+    (dict(d=36), False),  # not a multiple of 8
+    (dict(dtype="float32"), False),
+    (dict(heads=4, kv_heads=2), False),  # grouped-query K/V
+])
+def test_xla_fmha_matches_what_cudnn_fused_mha_rewriter_matches(spec, fires):
+    from .attention_graphs import attention
+
+    g = attention(sq=32, sk=32, **spec)
+    plan = partition(g, "xla-fmha")
+    assert plan.solver.details["fmha_rewrites"] == int(fires)
+    assert ("attention" in [c.kind for c in plan.cost.groups]) == fires
+
+
+def test_a_frozen_group_takes_part_in_no_merge():
+    g = _pattern28(tail=True)
+    merging = Merging(g, load_hardware("h100"), 64)
+    tail = merging.owner[g.index["y"]]
+    assert merging.mergeable([merging.owner[g.index["o"]], tail]) is not None  # an epilogue, before freezing
+    gid = merging.freeze(g.mask(n for n in g.ops if n != "y") & g.compute_mask)
+    assert gid is not None and merging.mergeable([gid, tail]) is None
+
+
+def test_inductor_patterns_are_what_the_script_writes():
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed (pip install -e '.[torch]')")
+    if torch.__version__.split("+")[0] != "2.13.0":
+        pytest.skip("the patterns were written from torch 2.13.0")
+    spec = importlib.util.spec_from_file_location("export_sdpa_patterns", ROOT / "graphs" / "export_sdpa_patterns.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--check"]) == 0
