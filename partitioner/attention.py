@@ -115,9 +115,9 @@ def _strip(shape: tuple[int, ...]) -> tuple[int, ...]:
 class _Analysis:
     """Forms and alignment of the middle of one candidate pair (see :func:`pair`)."""
 
-    def __init__(self, g: Graph, c1: Op, c2: Op, middle: int):
-        self.g, self.c1, self.c2, self.middle = g, c1, c2, middle
-        *batch, self.sq, self.sk = c1.out.shape
+    def __init__(self, g: Graph, c1: Op):
+        self.g = g
+        self.sq, self.sk = c1.out.shape[-2:]
         self.elems = math.prod(c1.out.shape)
         self.row_count = self.elems // self.sk if self.sk else 0
         self.forms: dict[str, str] = {c1.name: "raw"}
@@ -136,7 +136,8 @@ class _Analysis:
         """Whether ``op``'s result and dependent inputs keep the score alignment;
         records whether the result is a row value."""
         g, out = self.g, op.out.shape
-        row_out = op.op_class == "reduction" or all(t in self.rows for t in ins)
+        # a row value broadcast along the keys (to the scores' shape) is a score element
+        row_out = op.op_class == "reduction" or all(t in self.rows for t in ins) and op.out.numel == self.row_count
         if row_out:
             if op.out.numel != self.row_count:
                 return False
@@ -228,12 +229,13 @@ def _pair(g: Graph, c1_name: str, c2_name: str) -> Pair:
     i1, i2 = g.index[c1_name], g.index[c2_name]
     names = (c1_name, c2_name)
     if not g.descendants_mask[i1] >> i2 & 1:
-        raise _fail("not_chained", f"contractions '{c1_name}' and '{c2_name}' do not feed one another", names)
+        raise IllegalPlan("contraction.multiple", f"contractions '{c1_name}' and '{c2_name}' do not feed one "
+                          "another", names)
     if not (_matrix_matmul(c1, g) and _matrix_matmul(c2, g)):
         raise _fail("operand", f"'{c1_name}' and '{c2_name}' are not both matmuls of matrices", names)
     middle = g.descendants_mask[i1] & g.ancestors_mask[i2]
     p_tensor, v_tensor = c2.inputs[0], c2.inputs[1]
-    analysis = _Analysis(g, c1, c2, middle)
+    analysis = _Analysis(g, c1)
     if v_tensor == c1_name or g.producer(v_tensor) and middle >> g.index[v_tensor] & 1:
         raise _fail("operand", f"the second operand of '{c2_name}' depends on the scores '{c1_name}'", names)
     if p_tensor != c1_name and not (g.producer(p_tensor) and middle >> g.index[p_tensor] & 1):
@@ -241,8 +243,8 @@ def _pair(g: Graph, c1_name: str, c2_name: str) -> Pair:
     for name in g.names(middle):
         op = g.ops[name]
         if op.op_class == "contraction":
-            raise _fail("not_chained", f"contraction '{name}' lies between '{c1_name}' and '{c2_name}'",
-                        (c1_name, name, c2_name))
+            raise IllegalPlan("contraction.multiple", f"contraction '{name}' lies between '{c1_name}' and "
+                              f"'{c2_name}'", (c1_name, name, c2_name))
         ins = analysis.dependent(op)
         if op.op_class in ("injective", "gather", "opaque") and not op.is_view or not analysis.check_layout(op, ins):
             raise _fail("score_layout", f"{op.kind} '{name}' moves score elements or combines them at other "
@@ -256,10 +258,10 @@ def _pair(g: Graph, c1_name: str, c2_name: str) -> Pair:
     if analysis.forms.get(p_tensor) != "probs" or p_tensor in analysis.rows:
         raise _fail("not_online", f"'{c2_name}' does not multiply softmax probabilities of the scores '{c1_name}' "
                     "(max, subtract, exp, sum, divide over the key axis)", names)
-    return _finish(g, c1, c2, analysis)
+    return _finish(g, c1, c2, middle, analysis)
 
 
-def _finish(g: Graph, c1: Op, c2: Op, a: _Analysis) -> Pair:
+def _finish(g: Graph, c1: Op, c2: Op, middle: int, a: _Analysis) -> Pair:
     names = (c1.name, c2.name)
     p_shape = g.tensor(c2.inputs[0]).shape
     batch, m, k, n, out = matmul_shapes(p_shape, g.tensor(c2.inputs[1]).shape)
@@ -273,7 +275,7 @@ def _finish(g: Graph, c1: Op, c2: Op, a: _Analysis) -> Pair:
     if max(d, n) > MAX_HEAD_DIM:
         raise _fail("head_dim", f"head dims {d} and {n} exceed the template's {MAX_HEAD_DIM}", names)
     scale = a.found["scale"]
-    return Pair(c1.name, c2.name, a.middle, dict(a.forms), frozenset(a.rows), a.found["x"], a.found["max"],
+    return Pair(c1.name, c2.name, middle, dict(a.forms), frozenset(a.rows), a.found["x"], a.found["max"],
                 a.found["e"], a.found["sum"], c2.inputs[0], (a.found["normalise"], scale),
                 a.row_count // a.sq if a.sq else 0, a.sq, a.sk, d, n, c1.promoted)
 
@@ -360,7 +362,7 @@ def _check_score_side(g: Graph, p: Pair, side: int) -> frozenset:
     """Score values off the path to ``C2`` are evaluated in the second pass, at one
     score element or row: they must keep the alignment (no reductions, no moves).
     Returns the per-row tensors of the score region."""
-    analysis = _Analysis(g, g.ops[p.c1], g.ops[p.c2], p.middle)
+    analysis = _Analysis(g, g.ops[p.c1])
     analysis.rows |= p.rows
     analysis.forms.update(p.forms)
     for name in g.names(side):

@@ -16,7 +16,6 @@ group.not_convex                 a path between two members leaves the group
 op.never_fuses                   gather or custom together with another op
 contraction.multiple             two contractions in one group that are no attention pair
 contraction.with_reduction       a contraction and a reduction in one group, no attention
-attention.not_chained            a third contraction, or two that do not feed one another
 attention.operand                an attention product that is not a matmul of matrices, or
                                  whose operands take the scores in the wrong place
 attention.score_layout           a score value moved (transpose, slice, ...) or misaligned

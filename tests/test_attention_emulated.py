@@ -117,3 +117,37 @@ def test_check_passes_cancellation_normwise_and_fails_a_wrong_element():
     wrong = want + np.array([0.0, 0.0, 0.0, 2.0])  # one element off by its own size
     assert not compare("y", "float16", wrong, want).ok
     assert not compare("y", "float16", np.where(np.arange(4) == 1, np.nan, want), want).ok
+
+
+def test_broadcast_row_max_and_the_row_sum_as_an_output():
+    from .conftest import make_graph, op
+
+    g = make_graph({"q": [2, 40, 16], "k": [2, 16, 70], "v": [2, 70, 24]}, [
+        op("s", "matmul", ["q", "k"]), op("m", "reduce_max", ["s"], axes=[2], keepdims=True),
+        op("mb", "broadcast_to", ["m"], shape=[2, 40, 70]), op("d", "sub", ["s", "mb"]), op("e", "exp", ["d"]),
+        op("l", "reduce_sum", ["e"], axes=[2]), op("l1", "reshape", ["l"], shape=[2, 40, 1]),
+        op("p", "div", ["e", "l1"]), op("out", "matmul", ["p", "v"])], ["out", "l"])
+    run(g)
+
+
+@pytest.mark.filterwarnings("ignore:Converting a tensor to a Python boolean", "ignore::DeprecationWarning")
+def test_an_onnx_exported_distilbert_fuses_its_attention_and_runs(tmp_path):
+    """Another exporter's spelling: torch.onnx scales Q and K by a square root each and
+    uses ONNX Softmax; the layout chains of its operands regroup batch and heads."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    transformers = pytest.importorskip("transformers", reason="the corpus extra is not installed")
+    from partitioner import from_onnx
+
+    config = transformers.DistilBertConfig(n_layers=2, dim=64, n_heads=2, hidden_dim=128, vocab_size=100,
+                                           max_position_embeddings=40)
+    torch.manual_seed(0)
+    model = transformers.DistilBertModel(config).eval()
+    path = tmp_path / "distilbert.onnx"
+    torch.onnx.export(model, (torch.randint(0, 100, (2, 33)),), str(path), dynamo=False, opset_version=17)
+    g = from_onnx(str(path), verbose=False)
+    plan = partition(g, "ilp")
+    assert [c.kind for c in plan.cost.groups].count("attention") == 2
+    ids = next(name for name, t in g.inputs.items() if t.dtype == "int64")  # token ids: in range
+    checks = run_and_check(plan, EMULATOR, inputs={ids: np.random.default_rng(0).integers(0, 100, (2, 33))})
+    assert all(c.ok for c in checks), checks
