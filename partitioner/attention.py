@@ -15,7 +15,7 @@ must hold) computes, per score element, values of these *forms*:
 ``raw``     any elementwise function of ``C1``'s element and of operands that do
             not depend on ``C1`` (scale, additive bias or mask, ``where`` with a
             boolean mask, casts): computed exactly as the unfused ops compute it
-``max``     ``reduce_max`` over the key axis of a ``raw`` value ``X``
+``max``     ``reduce_max`` over the key axis of a floating-point ``raw`` value ``X``
 ``shifted`` ``X - max`` (``sub`` of that very ``X``, up to views)
 ``exp``     ``exp(shifted)``, and casts of it
 ``sum``     ``reduce_sum`` over the key axis of an ``exp`` value ``E``
@@ -50,6 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .dtypes import FLOATS
 from .errors import IllegalPlan
 from .graph import Graph, Op
 from .group import Group
@@ -170,7 +171,9 @@ class _Analysis:
         if kind == "cast" and forms[0] in ("raw", "exp", "probs"):
             return forms[0]
         if op.op_class == "reduction":
-            if kind == "reduce_max" and forms == ["raw"] and "max" not in self.found:
+            # the running maximum starts at -inf and rescales by exp(): a float maximum of a float X
+            floats = self.g.tensor(ins[0]).dtype in FLOATS and op.out.dtype in FLOATS
+            if kind == "reduce_max" and forms == ["raw"] and floats and "max" not in self.found:
                 self.found["max"], self.found["x"] = op.name, self.root(ins[0])
                 return "max"
             if kind == "reduce_sum" and forms == ["exp"] and "sum" not in self.found:

@@ -79,6 +79,7 @@ def test_two_matmuls_without_a_softmax_between_are_two_contractions():
     ("bias_after_softmax", "attention.not_online"),
     ("scores_as_second_operand", "attention.operand"),
     ("rows_regrouped", "attention.key_axis"),
+    ("integer_scores", "attention.not_online"),
 ])
 def test_what_online_softmax_cannot_compute_is_rejected(mutation, code):
     g = _mutated(mutation)
@@ -92,6 +93,9 @@ def _mutated(mutation):
     if mutation == "transposed_scores":
         ops.append(op("st", "transpose", ["s"], perm=[0, 2, 1]))
         x = "st"
+    if mutation == "integer_scores":  # the running maximum is a float that starts at -inf
+        ops.append(op("si", "cast", ["s"], dtype="int32"))
+        x = "si"
     axis = -2 if mutation == "column_softmax" else -1
     ops.append(op("p0", "log_softmax" if mutation == "log_softmax" else "softmax", [x], axis=axis))
     p = "p0"

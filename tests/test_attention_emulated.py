@@ -119,14 +119,15 @@ def test_check_passes_cancellation_normwise_and_fails_a_wrong_element():
     assert not compare("y", "float16", np.where(np.arange(4) == 1, np.nan, want), want).ok
 
 
-def test_broadcast_row_max_and_the_row_sum_as_an_output():
+def test_row_values_broadcast_along_the_keys_and_the_row_sum_as_an_output():
     from .conftest import make_graph, op
 
     g = make_graph({"q": [2, 40, 16], "k": [2, 16, 70], "v": [2, 70, 24]}, [
         op("s", "matmul", ["q", "k"]), op("m", "reduce_max", ["s"], axes=[2], keepdims=True),
         op("mb", "broadcast_to", ["m"], shape=[2, 40, 70]), op("d", "sub", ["s", "mb"]), op("e", "exp", ["d"]),
         op("l", "reduce_sum", ["e"], axes=[2]), op("l1", "reshape", ["l"], shape=[2, 40, 1]),
-        op("p", "div", ["e", "l1"]), op("out", "matmul", ["p", "v"])], ["out", "l"])
+        op("lb", "broadcast_to", ["l1"], shape=[2, 40, 70]), op("p", "div", ["e", "lb"]),
+        op("out", "matmul", ["p", "v"])], ["out", "l"])
     run(g)
 
 

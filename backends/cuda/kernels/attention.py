@@ -106,7 +106,9 @@ def build(group: Group, index: int, hw) -> dict:
     how, scale = p.normalise
     n_em = ctx.emitter(2, **{p.row_sum: "lv"})
     n_em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
-    factor = n_em.value(scale, _row_index(n_em, g.tensor(scale).shape, p.sq))
+    scale_shape = g.tensor(scale).shape  # a row value, or one broadcast along the keys (the same at any key)
+    at = _row_index(n_em, scale_shape, p.sq) if scale in p.rows else _score_index(n_em, scale_shape, p.sq, "0")
+    factor = n_em.value(scale, at)
     factor = convert(factor, g.tensor(scale).dtype, "float32")
     n_em.emit(f"return {'o / ' if how == 'div' else 'o * '}{factor};")
 
