@@ -1,8 +1,10 @@
 """The interface every backend implements, and the registry that finds backends.
 
 A backend turns a plan into something that runs: ``render`` (code per group),
-``build`` (compile it), ``run`` (execute it on given values) and ``resources``
-(what the compiler reports per group). Backends are found through the Python
+``build`` (compile it), ``run`` (execute it on given values), and optionally
+``emit`` (write the rendered code to a directory) and ``resources`` (what the
+compiler reports per kernel). The command line reaches backends only through
+this interface. Backends are found through the Python
 entry-point group ``partitioner.backends``, so a third party adds one by declaring
 an entry point in its own package, without editing this project::
 
@@ -13,7 +15,9 @@ an entry point in its own package, without editing this project::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +28,18 @@ ENTRY_POINT_GROUP = "partitioner.backends"
 
 
 class BackendError(RuntimeError):
-    """A backend cannot run this plan (a custom op, a missing tool or device); one line."""
+    """A backend cannot render, build or run this plan (a custom op, a missing tool or
+    device, a directory it may not write); one line."""
+
+
+@dataclass
+class Emitted:
+    """What :meth:`Backend.emit` wrote: ``files`` (paths), how many ``kernels``, and
+    the groups that got none, each ``{"group", "ops", "reason"}``."""
+
+    files: list[Path]
+    kernels: int
+    no_kernel: list[dict] = field(default_factory=list)
 
 
 class Backend(ABC):
@@ -49,9 +64,21 @@ class Backend(ABC):
     def run(self, built: Any, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Execute the plan on ``storages``; every storage it writes, by name."""
 
-    def resources(self, built: Any) -> dict[int, dict]:
-        """Group index -> what the compiler reports (registers, spills, shared memory)."""
-        return {}
+    def emit(self, rendered: Any, directory: str | Path) -> Emitted:
+        """Write the rendered code into ``directory``.
+
+        Raises:
+            BackendError: this backend writes no code, or the directory cannot be used.
+        """
+        raise BackendError(f"the {self.name} backend writes no code")
+
+    def resources(self, built: Any) -> list[dict]:
+        """Per kernel, what the compiler reports beside the cost model's estimates:
+        ``{"group", "kind", "kernel", "arch", "registers", "registers_estimate",
+        "spill_bytes", "shared_memory", "shared_memory_estimate", "status"}``
+        (``status`` is ``"OK"`` or names what is over: ``SPILLS``, ``REGISTERS OVER``,
+        ``SHARED MEMORY OVER``); empty when nothing was compiled."""
+        return []
 
 
 def available() -> list[str]:

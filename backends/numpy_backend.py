@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioner.group import Group
 from partitioner.plan import Plan
 from partitioner.reference import run_op
 
@@ -39,8 +38,8 @@ class NumpyBackend(Backend):
         g = built.graph
         memory = dict(storages)
         written = {}
-        for ops in built.groups:
-            group = Group.of(g, ops)
+        for priced in built.cost.groups:
+            group = priced.group
             if group.kind == "view":
                 continue
             custom = [op.name for op in group.compute if op.kind == "custom"]

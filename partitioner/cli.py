@@ -14,34 +14,23 @@ import math
 import shutil
 import sys
 
+from backends.base import BackendError, load_backend
+from backends.check import check_table, run_and_check
+
 from . import __version__
 from .cost import DEFAULT_MAX_OPS
 from .draw import DrawError, check_can_draw, draw
 from .errors import GraphError, HardwareError
-from .exits import guarded
+from .exits import OneLineParser, guarded
 from .hardware import PROFILES, load_hardware
+from .import_cli import main as import_main
 from .loader import load_graph
-from .report import HEURISTICS, json_report, text_report
+from .report import HEURISTICS, json_report, resource_table, text_report
 from .strategies import STRATEGIES, compare, partition
-from backends.base import BackendError, load_backend
-from backends.check import check_table, run_and_check
-from backends.cuda.compile import CompileError, compile_kernels
-from backends.cuda.emit import EmitError
-from backends.cuda.emit import write as write_kernels
-from backends.cuda.emulate import EmulatorError
-from backends.cuda.render import render
-from backends.cuda.report import resource_rows, resource_table
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block), exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="partition",
         description="Partition an operator graph into GPU fusion groups under a cost model.",
         epilog="partition import SOURCE -o OUT.yaml imports an ONNX file or a torch model "
@@ -94,6 +83,19 @@ def _progress_printer():
     return show
 
 
+_NO_KERNEL = {"views": "of views only (free)", "custom": "with a custom op (no semantics: not run)",
+              "dead code": "of dead code", "empty": "of empty tensors"}
+
+
+def _no_kernel_summary(groups: list[dict]) -> str:
+    """``; no kernel for 24 groups of views only (free), 10 with a custom op ...``."""
+    counts: dict[str, int] = {}
+    for entry in groups:
+        counts[entry["what"]] = counts.get(entry["what"], 0) + 1
+    parts = [f"{n} group(s) {_NO_KERNEL[what]}" for what, n in counts.items()]
+    return "; no kernel for " + ", ".join(parts) if parts else ""
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.draw:
         check_can_draw(args.draw)  # before planning: a missing dot should not cost a solve
@@ -122,14 +124,16 @@ def _run(args: argparse.Namespace) -> int:
         text.append(f"drawn     {args.draw}: {sum(g.kind != 'view' for g in plan.cost.groups)} kernel(s) "
                     "as clusters\n")
     if args.emit or args.compile:
-        rendered = render(plan)
+        backend = load_backend(args.emit or "cuda", arch=args.arch)
+        rendered = backend.render(plan)
         if args.emit:
-            written = write_kernels(rendered, args.out)
-            data["emitted"] = {"dir": args.out, "files": [f.name for f in written]}
-            text.append(f"emitted   {len(rendered.kernels)} kernel(s) and a manifest to {args.out} "
-                        f"({len(rendered.skipped)} group(s) need no kernel)\n")
+            emitted = backend.emit(rendered, args.out)
+            data["emitted"] = {"dir": args.out, "files": [f.name for f in emitted.files],
+                               "no_kernel": emitted.no_kernel}
+            text.append(f"emitted   {emitted.kernels} kernel(s) and a manifest to {args.out}"
+                        f"{_no_kernel_summary(emitted.no_kernel)}\n")
         if args.compile:
-            rows = resource_rows(rendered, compile_kernels(rendered.kernels, args.arch))
+            rows = backend.resources(backend.build(rendered))
             data["kernels"] = rows
             text.append(resource_table(rows, width))
     if args.run:
@@ -151,8 +155,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``partition`` console script."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["import"]:  # the importers' own command line (partitioner/import_cli.py)
-        from .import_cli import main as import_main  # here, not at the top: import_cli imports this module
-
         return import_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
@@ -172,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate runs the cuda backend: add --backend cuda")
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
-    bad_input = (GraphError, HardwareError, BackendError, CompileError, EmitError, EmulatorError, DrawError)
+    bad_input = (GraphError, HardwareError, BackendError, DrawError)
     return guarded("partition", lambda: _run(args), bad_input)
 
 

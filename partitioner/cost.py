@@ -18,10 +18,10 @@ registers per thread, kernel-parameter bytes, and the number of non-view ops.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair
-from .dtypes import accumulator_dtype, compute_dtype, itemsize
+from .dtypes import compute_dtype, itemsize, reduction_accumulator
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes
@@ -84,8 +84,10 @@ class Budgets:
 
 @dataclass(frozen=True)
 class GroupCost:
-    """Modelled cost of one group: bytes, launches, FLOP and times in microseconds,
-    its budgets, and for an attention group the tiling its kernel uses."""
+    """A built, priced group: bytes, launches, FLOP and times in microseconds, its
+    budgets (under the op cap it was priced with), for an attention group the tiling
+    its kernel uses, and the :class:`~partitioner.group.Group` itself, which reports
+    and backends use as it is (nothing downstream rebuilds or re-prices a group)."""
 
     ops: tuple[str, ...]
     kind: str
@@ -96,7 +98,8 @@ class GroupCost:
     modeled_time_us: float
     roofline_time_us: float
     budgets: Budgets
-    tiling: "AttentionTiling | None" = None
+    tiling: "AttentionTiling | None"
+    group: Group = field(compare=False, repr=False)
 
     @property
     def bytes(self) -> int:
@@ -181,6 +184,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
         roofline_time_us=(launch_s + max(memory_s, sum(op_compute_seconds(group, hw).values()))) * 1e6,
         budgets=budgets(group, hw, max_ops),
         tiling=attention_tiling(group) if group.kind == "attention" else None,
+        group=group,
     )
 
 
@@ -216,27 +220,64 @@ def row_length(group: Group) -> int:
     return math.prod(shape[a] for a in axes)
 
 
-def buffered_rows(group: Group) -> dict[str, int]:
-    """Storages a reduction group keeps in shared memory, with bytes per block.
+@dataclass(frozen=True)
+class SmemRegion:
+    """One region of a reduction kernel's shared memory (offsets and sizes in bytes).
 
-    A value read by ops of two different stages (before and after a reduction it
-    feeds) is buffered for the rows being processed: ``min(numel, row) * itemsize``
-    at its own dtype per row, for each of the block's rows (one row, or one per warp
-    for rows of at most ``SHORT_ROW`` elements).
+    ``role`` is ``"row"`` (the rows of storage ``name`` the block processes, kept
+    for a later stage), ``"partial"`` (a partial per warp and the result of
+    reduction ``name``) or ``"index"`` (the same for the index of an argmax/argmin).
     """
+
+    name: str
+    role: str
+    dtype: str
+    offset: int
+    bytes: int
+
+
+def reduction_smem(group: Group) -> list[SmemRegion]:
+    """The shared-memory layout of a reduction group's kernel, one source for its budget
+    and for ``templates/row_reduction.cu.j2``: first each storage read in two different
+    stages (``Group.stages``: before and after a reduction it feeds) and laid out like
+    the reduction input, one row per row the block processes; then, when a whole block
+    shares a row, a partial per warp and a result slot per reduction (and an int64
+    index for argmax/argmin). A value read in two stages in another layout is re-read
+    or recomputed instead. Each region starts 16-byte aligned."""
     g = group.graph
-    stages_used: dict[str, set[int]] = {}
-    for op in group.compute:
-        stage = group.run_stage(op)
-        for base in g.storage_reads[op.name]:
-            stages_used.setdefault(base, set()).add(stage)
+    first = next(op for op in group.compute if op.op_class == "reduction")
+    row_shape = g.reduction_signature(first.name)[0]
     row = row_length(group)
     rows = rows_per_block(row)
-    return {
-        base: align16(rows * min(g.tensor(base).numel, row) * itemsize(g.tensor(base).dtype))
-        for base, stages in stages_used.items()
-        if len(stages) > 1
-    }
+    stages_used: dict[str, set[int]] = {}
+    for op in group.compute:
+        for base in g.storage_reads[op.name]:
+            stages_used.setdefault(base, set()).add(group.run_stage(op))
+    regions: list[SmemRegion] = []
+
+    def add(name: str, role: str, dtype: str, count: int) -> None:
+        offset = regions[-1].offset + regions[-1].bytes if regions else 0
+        regions.append(SmemRegion(name, role, dtype, offset, align16(count * itemsize(dtype))))
+
+    for base, stages in stages_used.items():
+        if len(stages) > 1 and g.tensor(base).shape == row_shape:
+            add(base, "row", g.tensor(base).dtype, rows * row)
+    if rows == 1:
+        slots = REDUCTION_THREADS // WARP + 1  # a partial per warp, and the result
+        for op in group.compute:
+            if op.op_class == "reduction":
+                add(op.name, "partial", shuffle_dtype(op, g.tensor(op.tensor_inputs[0]).dtype), slots)
+                if op.kind in ("argmax", "argmin"):
+                    add(op.name, "index", "int64", slots)
+    return regions
+
+
+def shuffle_dtype(op, in_dtype: str) -> str:
+    """The dtype reduction ``op`` of ``in_dtype`` values accumulates in inside the
+    kernel: its accumulator (``dtypes.reduction_accumulator``), widened to 32 bits
+    where it is narrower, since warp shuffles move 32-bit words."""
+    acc = reduction_accumulator(op.kind, in_dtype)
+    return "int32" if acc in ("int8", "bool") else acc
 
 
 def align16(n: int) -> int:
@@ -247,19 +288,6 @@ def align16(n: int) -> int:
 def rows_per_block(row: int) -> int:
     """Rows one reduction block processes at once: one warp per row for short rows."""
     return ROWS_PER_WARP_BLOCK if row <= SHORT_ROW else 1
-
-
-def _reduction_scratch(group: Group) -> int:
-    if rows_per_block(row_length(group)) > 1:
-        return 0  # warp-level rows combine through shuffles only
-    total = 0
-    for op in group.compute:
-        if op.op_class == "reduction":
-            acc = itemsize(accumulator_dtype(group.graph.tensor(op.tensor_inputs[0]).dtype))
-            index = 8 if op.kind in ("argmax", "argmin") else 0
-            slots = REDUCTION_THREADS // WARP + 1  # a partial per warp, and the result
-            total += align16(slots * acc) + (align16(slots * 8) if index else 0)
-    return total
 
 
 def contraction_dims(group: Group) -> tuple[int, int, int, int]:
@@ -283,7 +311,7 @@ def _operand_bytes(group: Group) -> int:
 def shared_memory(group: Group) -> int:
     """Bytes of shared memory per block the group's kernel needs (estimate)."""
     if group.kind == "reduction":
-        return sum(buffered_rows(group).values()) + _reduction_scratch(group)
+        return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":
         return (TILE_M * TILE_K + TILE_K * TILE_N) * _operand_bytes(group) * TILE_STAGES
     if group.kind == "attention":

@@ -56,12 +56,30 @@ def compute_dtype(dtype: str) -> str:
 
 
 def accumulator_dtype(dtype: str) -> str:
-    """The dtype a reduction accumulates in (float32, float64 for float64, int64 for integers)."""
+    """The dtype a sum accumulates ``dtype`` values in (float32, float64 for float64,
+    int64 for integers and bool): sums, means and products of reductions, and the
+    row sums of attention."""
     if dtype == "float64":
         return "float64"
     if dtype in FLOATS:
         return "float32"
     return "int64"
+
+
+def reduction_accumulator(kind: str, dtype: str) -> str:
+    """The dtype a reduction of ``kind`` over ``dtype`` values accumulates in: a sum,
+    mean or product widens (:func:`accumulator_dtype`); a maximum, minimum or arg
+    comparison is exact in the compute dtype."""
+    if kind in ("reduce_max", "reduce_min", "argmax", "argmin"):
+        return compute_dtype(dtype)
+    return accumulator_dtype(dtype)
+
+
+def product_accumulator(dtype: str) -> str:
+    """The dtype a contraction of ``dtype`` operands accumulates in: float32 for float
+    types up to float32 (tensor cores accumulate half types in float32), the
+    operands' own dtype otherwise (float64, and integers, which wrap)."""
+    return "float32" if dtype in ("float16", "bfloat16", "float32") else dtype
 
 
 def _promote_pair(a: str, b: str) -> str:

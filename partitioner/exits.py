@@ -1,12 +1,21 @@
-"""How the commands turn errors into exit statuses: one line on stderr, never a
-traceback (set ``PARTITIONER_DEBUG=1`` to see one for an internal failure)."""
+"""What both commands (``partition`` and ``partition import``) share: errors become
+exit statuses with one line on stderr, never a traceback (set
+``PARTITIONER_DEBUG=1`` to see one for an internal failure)."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import traceback
 from typing import Callable
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseException], ...]) -> int:

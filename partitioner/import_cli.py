@@ -22,9 +22,8 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .cli import _Parser
 from .errors import GraphError
-from .exits import guarded
+from .exits import OneLineParser, guarded
 from .importers import ImportResult, extra, report, to_yaml
 
 
@@ -36,7 +35,7 @@ def _dim(text: str) -> tuple[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="partition import",
+    p = OneLineParser(prog="partition import",
                 description="Import an ONNX model or a torch.export program as a graph file (format v1).",
                 epilog="SOURCE: model.onnx | program.pt2 (torch.export.save) | package.module:factory | "
                        "file.py:factory (returns an ExportedProgram or (module, example_inputs)). "

@@ -52,9 +52,6 @@ from .graph import Graph, Op
 from .group import Group
 from .hardware import Hardware
 
-_POINTWISE = frozenset({"elementwise", "broadcast", "injective"})
-
-
 # ---------------------------------------------------------------- group shape
 
 

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import numpy as np
 import scipy.special
 
-from .dtypes import FLOATS, INTEGERS, Literal, accumulator_dtype, cast_array, compute_dtype, numpy_dtype, promote
+from .dtypes import (FLOATS, INTEGERS, Literal, cast_array, compute_dtype, numpy_dtype, product_accumulator, promote,
+                     reduction_accumulator)
 from .errors import InferenceError
 
 Shape = tuple[int, ...]
@@ -73,6 +74,9 @@ class OpSpec:
     ``flops(operands, attrs, out) -> int`` counts floating-point operations;
     ``reference(values, attrs, operand_types, out) -> ndarray`` is the NumPy
     semantics, taking arrays (tensors) and Python numbers (literals).
+    ``compute_in`` is where an elementwise op computes: ``"result"`` in its result's
+    compute dtype, ``"operands"`` in its operands' promoted one (comparisons and
+    logical ops, whose result is bool).
     """
 
     name: str
@@ -84,6 +88,7 @@ class OpSpec:
     flops: Callable[[list[Operand], dict, TensorType], int]
     attrs: dict[str, Attr] = field(default_factory=dict)
     literals_allowed: bool = True
+    compute_in: str = "result"
 
     @property
     def is_view(self) -> bool:
@@ -493,13 +498,11 @@ def _ref_where(values, attrs, operand_types, out):
     return cast_array(np.where(cond, _as_compute(values[1], dtype), _as_compute(values[2], dtype)), out.dtype)
 
 
-def _ref_reduce(fn: Callable[..., np.ndarray]):
+def _ref_reduce(kind: str, fn: Callable[..., np.ndarray]):
     def reference(values, attrs, operand_types, out):
         x = values[0]
         axes = normalize_axes(attrs.get("axes"), x.ndim)
-        in_dtype = operand_types[0].dtype
-        # max/min are exact in the input's own (compute) dtype; sums accumulate wider.
-        acc = compute_dtype(in_dtype) if fn in (np.max, np.min) else accumulator_dtype(in_dtype)
+        acc = reduction_accumulator(kind, operand_types[0].dtype)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # the mean of an empty row is NaN, as intended
             result = fn(x.astype(numpy_dtype(acc)), axis=axes, keepdims=attrs["keepdims"])
@@ -556,12 +559,12 @@ def _ref_pad(values, attrs, operand_types, out):
 
 
 def _ref_matmul(values, attrs, operand_types, out):
-    dtype = numpy_dtype(compute_dtype(out.dtype) if out.dtype in FLOATS else out.dtype)
+    dtype = numpy_dtype(product_accumulator(out.dtype))
     return cast_array(np.matmul(values[0].astype(dtype), values[1].astype(dtype)), out.dtype)
 
 
 def _ref_conv2d(values, attrs, operand_types, out):
-    dtype = numpy_dtype(compute_dtype(out.dtype) if out.dtype in FLOATS else out.dtype)
+    dtype = numpy_dtype(product_accumulator(out.dtype))
     x, w = values[0].astype(dtype), values[1].astype(dtype)
     pt, pl, pb, pr = attrs["pads"]
     sh, sw = attrs["strides"]
@@ -633,7 +636,8 @@ _register(
 
 
 def _binary(name, fn, dtype_rule=_same_dtype, compute_in="result"):
-    _register(OpSpec(name, "elementwise", 2, 2, _infer_map(dtype_rule), _ref_map(fn, compute_in), _flops_per_output))
+    _register(OpSpec(name, "elementwise", 2, 2, _infer_map(dtype_rule), _ref_map(fn, compute_in), _flops_per_output,
+                     compute_in=compute_in))
 
 
 _binary("add", np.add)
@@ -667,7 +671,7 @@ for _name, _fn, _rule, _identity in [
     ("reduce_max", np.max, lambda d: d, True),
     ("reduce_min", np.min, lambda d: d, True),
 ]:
-    _register(OpSpec(_name, "reduction", 1, 1, _infer_reduce(_rule, _identity), _ref_reduce(_fn),
+    _register(OpSpec(_name, "reduction", 1, 1, _infer_reduce(_rule, _identity), _ref_reduce(_name, _fn),
                      _flops_reduce, _REDUCE_ATTRS, False))
 for _name, _fn in [("argmax", np.argmax), ("argmin", np.argmin)]:
     _register(OpSpec(_name, "reduction", 1, 1, _infer_arg_reduce, _ref_arg_reduce(_fn), _flops_reduce,

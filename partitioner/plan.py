@@ -49,15 +49,14 @@ class PlanCost:
         return sum(g.roofline_time_us for g in self.groups)
 
 
-def _launch_order(graph: Graph, groups: list[list[str]]) -> list[list[str]]:
+def _launch_order(graph: Graph, groups: list[Group]) -> list[Group]:
     """Groups sorted into a topological order of their dependencies (ties by first op)."""
-    ordered = [sorted(ops, key=graph.index.__getitem__) for ops in groups]
-    owner = {name: k for k, ops in enumerate(ordered) for name in ops}
+    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
     quotient = nx.DiGraph()
-    quotient.add_nodes_from(range(len(ordered)))
+    quotient.add_nodes_from(range(len(groups)))
     quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
-    order = nx.lexicographical_topological_sort(quotient, key=lambda k: graph.index[ordered[k][0]])
-    return [ordered[k] for k in order]
+    order = nx.lexicographical_topological_sort(quotient, key=lambda k: graph.index[groups[k].ops[0]])
+    return [groups[k] for k in order]
 
 
 def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "h100",
@@ -84,8 +83,7 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     for group in members:
         check_group(group, hw, max_ops)
     check_acyclic(graph, members)
-    ordered = [Group.of(graph, ops) for ops in _launch_order(graph, groups)]
-    return PlanCost(tuple(group_cost(group, hw, max_ops) for group in ordered))
+    return PlanCost(tuple(group_cost(group, hw, max_ops) for group in _launch_order(graph, members)))
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,10 @@ class Plan:
     Attributes:
         graph, hardware, strategy: what was planned, for which GPU, by which strategy.
         groups: lists of op names in launch order.
-        cost: the :class:`PlanCost` from :func:`evaluate`.
+        cost: the :class:`PlanCost` from :func:`evaluate`: per group, the built
+            :class:`~partitioner.group.Group` with its cost and budgets.
         solver: :class:`SolverInfo`.
+        max_ops: the per-group op cap the plan was made and priced under.
     """
 
     graph: Graph
@@ -126,6 +126,7 @@ class Plan:
     groups: list[list[str]]
     cost: PlanCost
     solver: SolverInfo
+    max_ops: int = DEFAULT_MAX_OPS
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the CLI's ``--format json`` object)."""
@@ -133,6 +134,7 @@ class Plan:
             "graph": self.graph.name,
             "hardware": self.hardware.name,
             "strategy": self.strategy,
+            "max_ops": self.max_ops,
             "groups": [
                 {
                     "ops": list(g.ops),

@@ -163,3 +163,21 @@ def test_data_dependent_gather_indices_out_of_range_are_a_clean_error(capsys):
     assert cli.main([str(path), "--run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "op 'g'" in err and "out of range" in err
+
+
+def test_kernels_carry_the_budgets_the_plan_priced_them_with():
+    plan = partition(load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml"), "greedy", max_ops=8)
+    kernels = render(plan).kernels
+    assert kernels and all(k.estimate == plan.cost.groups[k.index].budgets for k in kernels)
+    assert {k.estimate.ops_limit for k in kernels} == {8} and plan.to_dict()["max_ops"] == 8
+
+
+def test_cli_emit_says_why_groups_get_no_kernel(tmp_path, capsys):
+    graph = str(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
+    assert cli.main([graph, "--strategy", "greedy", "--emit", "cuda", "--out", str(tmp_path / "k")]) == 0
+    out = capsys.readouterr().out
+    assert "no kernel for" in out and "with a custom op (no semantics: not run)" in out
+    manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
+    first = manifest["kernels"][0]
+    assert first["compile"] == f"nvcc -arch=sm_90 -cubin -O3 -std=c++17 -Xptxas -v -I . {first['file']} " \
+                               f"-o {first['file'][:-3]}.cubin"

@@ -9,11 +9,13 @@ import numpy as np
 
 from partitioner.plan import Plan
 
-from ..base import Backend, BackendError
+from ..base import Backend, BackendError, Emitted
+from .compile import DEFAULT_ARCH, Compiled, compile_kernels
+from .emit import write
 from .emulate import build as build_emulated
 from .emulate import run as run_emulated
-from .compile import DEFAULT_ARCH, Compiled, compile_kernels
 from .render import Rendered, render
+from .report import resource_rows
 
 
 @dataclass
@@ -54,8 +56,12 @@ class CudaBackend(Backend):
 
         return run_on_gpu(built.rendered, built.compiled, storages)
 
-    def resources(self, built: Built) -> dict[int, dict]:
-        if built.compiled is None:
-            return {}
-        return {k.index: vars(built.compiled.resources[k.name]) for k in built.rendered.kernels
-                if k.name in built.compiled.resources}
+    def emit(self, rendered: Rendered, directory) -> Emitted:
+        """One ``.cu`` per kernel, the runtime header and ``manifest.json`` (with each
+        kernel's nvcc command for this backend's ``arch``) in ``directory``."""
+        return Emitted(write(rendered, directory, self.arch), len(rendered.kernels), rendered.skipped)
+
+    def resources(self, built: Built) -> list[dict]:
+        """ptxas' registers, spills and shared memory per kernel beside the estimates
+        (none on the emulator, which compiles with g++)."""
+        return [] if built.compiled is None else resource_rows(built.rendered, built.compiled)

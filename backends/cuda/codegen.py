@@ -30,11 +30,6 @@ INT32_LIMIT = 2**31
 Index = tuple[str, ...]
 
 
-def register_type(dtype: str) -> str:
-    """C++ type a value of ``dtype`` lives in while computing (half types as float)."""
-    return REGISTER[dtype]
-
-
 def storage_type(dtype: str) -> str:
     """C++ type of one element of ``dtype`` in global or shared memory."""
     return STORAGE[dtype]
@@ -279,7 +274,7 @@ class Emitter:
 
     def _elementwise(self, op: Op, idx: Index) -> str:
         types = [self.graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
-        if op.kind in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"):
+        if op.spec.compute_in == "operands":
             cdtype = compute_dtype(promote([t.dtype for t in types if isinstance(t, TensorType)],
                                            [t for t in types if not isinstance(t, TensorType)]))
         else:

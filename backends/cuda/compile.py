@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..base import BackendError
 from .render import RUNTIME_HEADER, Kernel, runtime_header
 
 DEFAULT_ARCH = "sm_90"
@@ -24,7 +25,7 @@ _USED = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 
 
-class CompileError(RuntimeError):
+class CompileError(BackendError):
     """nvcc is missing or rejected a kernel; the message is one line, the log a file."""
 
 
@@ -96,6 +97,14 @@ def parse_ptxas(log: str) -> dict[str, Resources]:
     return found
 
 
+def nvcc_command(source: str, output: str, arch: str = DEFAULT_ARCH, include: str = ".",
+                 nvcc_path: str = "nvcc") -> list[str]:
+    """The nvcc command line that compiles ``source`` into the cubin ``output`` for
+    ``arch``, with ``include`` on the include path: the one command every kernel of
+    this backend is compiled with (and that ``manifest.json`` records)."""
+    return [nvcc_path, f"-arch={arch}", "-cubin", *NVCC_FLAGS, "-I", include, source, "-o", output]
+
+
 def bundle(kernels: list[Kernel]) -> str:
     """One translation unit with every distinct kernel (identical groups share one)."""
     sources = {}
@@ -125,8 +134,8 @@ def compile_kernels(kernels: list[Kernel], arch: str = DEFAULT_ARCH) -> Compiled
         work = Path(tmp)
         (work / RUNTIME_HEADER).write_text(header)
         (work / "kernels.cu").write_text(source)
-        result = subprocess.run([nvcc(), f"-arch={arch}", "-cubin", *NVCC_FLAGS, "-I", str(work), "kernels.cu",
-                                 "-o", "kernels.cubin"], capture_output=True, text=True, cwd=work)
+        result = subprocess.run(nvcc_command("kernels.cu", "kernels.cubin", arch, str(work), nvcc()),
+                                capture_output=True, text=True, cwd=work)
         entry.mkdir(parents=True, exist_ok=True)
         (entry / "nvcc.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:

@@ -7,12 +7,14 @@ import json
 import re
 from pathlib import Path
 
+from ..base import BackendError
+from .compile import DEFAULT_ARCH, nvcc_command
 from .render import RUNTIME_HEADER, Rendered, runtime_header
 
 MANIFEST = "manifest.json"
 
 
-class EmitError(RuntimeError):
+class EmitError(BackendError):
     """The output directory holds files this tool did not write."""
 
 
@@ -28,10 +30,11 @@ def _earlier_files(path: Path) -> list[str]:
     return [f for f in files if isinstance(f, str) and (_OURS.fullmatch(f) or f == RUNTIME_HEADER)]
 
 
-def write(rendered: Rendered, out: str | Path) -> list[Path]:
+def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list[Path]:
     """Write the kernels of ``rendered`` into ``out`` (created if missing) and return
     the files written. A directory that already holds files is only reused when it
-    holds an earlier ``manifest.json`` of this tool, whose files are replaced.
+    holds an earlier ``manifest.json`` of this tool, whose files are replaced. The
+    manifest gives each kernel's nvcc command line for ``arch``.
 
     Raises:
         EmitError: ``out`` is a file, or a non-empty directory without a manifest.
@@ -53,6 +56,7 @@ def write(rendered: Rendered, out: str | Path) -> list[Path]:
         files.append(target)
     manifest = rendered.manifest()
     manifest["files"] = [f.name for f in files]
-    manifest["compile"] = "nvcc -arch=sm_90 -cubin -O3 -std=c++17 -Xptxas -v -I . gNNN_kind.cu"
+    for entry, kernel in zip(manifest["kernels"], rendered.kernels):
+        entry["compile"] = " ".join(nvcc_command(kernel.file_name, kernel.file_name[:-3] + ".cubin", arch))
     (path / MANIFEST).write_text(json.dumps(manifest, indent=2))
     return [*files, path / MANIFEST]

@@ -20,6 +20,7 @@ import numpy as np
 
 from partitioner.dtypes import numpy_dtype
 
+from ..base import BackendError
 from .codegen import storage_type
 from .compile import cache_dir
 from .kernels.common import environment
@@ -31,7 +32,7 @@ CXX_FLAGS = ("-std=c++17", "-O1", "-DPARTITION_EMULATOR", "-w")
 TIMEOUT_S = 600
 
 
-class EmulatorError(RuntimeError):
+class EmulatorError(BackendError):
     """g++ is missing, the program failed to compile, or a kernel failed while running."""
 
 

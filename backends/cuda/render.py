@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, field
 from importlib import resources
 
-from partitioner.cost import Budgets, budgets
+from partitioner.cost import Budgets, GroupCost
 from partitioner.group import Group
 from partitioner.plan import Plan
 
@@ -85,8 +85,10 @@ def runtime_header() -> str:
     return resources.files(TEMPLATES).joinpath(RUNTIME_HEADER).read_text()
 
 
-def render_group(group: Group, index: int, hw) -> Kernel:
-    """The kernel of one group that needs one (see :func:`skip_reason`)."""
+def render_group(priced: GroupCost, index: int, hw) -> Kernel:
+    """The kernel of one priced group of a plan that needs one (see :func:`skip_reason`);
+    its estimate is the budgets the plan priced it with."""
+    group = priced.group
     built = _BUILDERS[group.kind](group, index, hw)
     context = {**built["context"], "params": built["params"].decls}
     draft = environment().get_template(built["template"]).render(name="KERNEL_NAME", **context)
@@ -95,31 +97,31 @@ def render_group(group: Group, index: int, hw) -> Kernel:
     source = f"// group {index} ({group.kind}): {', '.join(group.ops)}\n" + draft.replace("KERNEL_NAME", name)
     return Kernel(index, group.kind, group.ops, name, source, built["grid"],
                   built["block"], built["smem_dynamic"], built["smem_static"], built["params"].args, built["bits"],
-                  budgets(group, hw))
+                  priced.budgets)
 
 
-def skip_reason(group: Group) -> str | None:
-    """Why a group gets no kernel, or ``None``."""
+def skip_reason(group: Group) -> tuple[str, str] | None:
+    """Why a group gets no kernel, as ``(what, reason)`` (``what``: ``views``,
+    ``custom``, ``dead code`` or ``empty``), or ``None``."""
     if group.kind == "view":
-        return "views only: no kernel"
+        return "views", "views only: no kernel"
     custom = [op.name for op in group.compute if op.kind == "custom"]
     if custom:
-        return f"custom op '{custom[0]}' has no semantics: no kernel"
+        return "custom", f"custom op '{custom[0]}' has no semantics: no kernel"
     if not group.writes:
-        return "dead code: writes nothing"
+        return "dead code", "dead code: writes nothing"
     if all(group.graph.tensor(w).numel == 0 for w in group.writes):
-        return "empty tensors: nothing to compute"
+        return "empty", "empty tensors: nothing to compute"
     return None
 
 
 def render(plan: Plan) -> Rendered:
     """Kernels for every group of ``plan`` that needs one, in plan order."""
     kernels, skipped = [], []
-    for index, ops in enumerate(plan.groups):
-        group = Group.of(plan.graph, ops)
-        reason = skip_reason(group)
-        if reason:
-            skipped.append({"group": index, "ops": list(ops), "reason": reason})
+    for index, priced in enumerate(plan.cost.groups):
+        why = skip_reason(priced.group)
+        if why:
+            skipped.append({"group": index, "ops": list(priced.ops), "what": why[0], "reason": why[1]})
         else:
-            kernels.append(render_group(group, index, plan.hardware))
+            kernels.append(render_group(priced, index, plan.hardware))
     return Rendered(plan, kernels, skipped)

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import io
-
-from rich.console import Console
-from rich.table import Table
-
 from .compile import Compiled
 from .render import Rendered
 
@@ -33,20 +28,3 @@ def resource_rows(rendered: Rendered, compiled: Compiled) -> list[dict]:
             "status": " ".join(problems) or "OK",
         })
     return rows
-
-
-def resource_table(rows: list[dict], width: int = 200) -> str:
-    """The rows as a text table."""
-    arch = rows[0]["arch"] if rows else ""
-    table = Table(title=f"Kernels compiled by nvcc for {arch}: ptxas figures (measured by the compiler) "
-                        "beside the cost model's estimates", title_justify="left")
-    for column in ("group", "kind", "kernel", "regs ptxas", "regs est.", "spill B", "smem B", "smem est. B",
-                   "status"):
-        table.add_column(column, justify="left" if column in ("kind", "kernel", "status") else "right")
-    for row in rows:
-        table.add_row(str(row["group"]), row["kind"], row["kernel"], str(row["registers"]),
-                      str(row["registers_estimate"]), str(row["spill_bytes"]), str(row["shared_memory"]),
-                      str(row["shared_memory_estimate"]), row["status"])
-    out = io.StringIO()
-    Console(file=out, width=width, no_color=True, highlight=False).print(table)
-    return out.getvalue()

@@ -16,7 +16,6 @@ from ..base import BackendError
 from .compile import Compiled
 from .render import Rendered
 
-STATIC_SMEM_LIMIT = 48 * 1024
 
 
 def gpu_available() -> tuple[bool, str]:
@@ -56,7 +55,7 @@ class GpuPlan:
         self.launches = []
         for kernel in rendered.kernels:
             function = self.module.get_function(kernel.name)
-            if kernel.smem_dynamic > STATIC_SMEM_LIMIT:
+            if kernel.smem_dynamic:  # only kernels over the default limit take it dynamically
                 function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.smem_dynamic)
             args = [self.buffers[a["tensor"]] for a in kernel.args]
             self.launches.append((function, args, kernel))

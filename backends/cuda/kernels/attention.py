@@ -20,9 +20,8 @@ from partitioner.ops import matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, literal, \
     storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters
+from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split
 
-STATIC_SMEM_LIMIT = 48 * 1024
 MAX_GRID_X = 2**31 - 1
 
 
@@ -116,12 +115,12 @@ def build(group: Group, index: int, hw) -> dict:
     score_writes, row_writes = _score_writes(ctx, st, m_value, l_value, c1_value)
 
     smem = tiling.shared_memory
-    static = smem if smem <= STATIC_SMEM_LIMIT else 0
+    static, dynamic = shared_memory_split(smem, hw)
     d_pad, dv_pad = tiling.d_pad, tiling.dv_pad
     return {
         "template": "attention.cu.j2", "params": params, "bits": bits,
         "grid": (grid_x, 1, 1), "block": (tiling.threads, 1, 1),
-        "smem_dynamic": 0 if static else smem, "smem_static": static,
+        "smem_dynamic": dynamic, "smem_static": static,
         "context": {
             "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
             "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,

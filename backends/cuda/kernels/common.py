@@ -82,6 +82,14 @@ def index_type(group: Group) -> tuple[str, int]:
     return ("int64_t", 64) if needs_int64(group.graph, touched) else ("int32_t", 32)
 
 
+def shared_memory_split(smem: int, hw) -> tuple[int, int]:
+    """``(static, dynamic)`` bytes for a kernel needing ``smem`` bytes of shared memory:
+    declared statically (so ptxas reports it) up to what a block may use without the
+    opt-in attribute, ``hw.smem_per_block_default_bytes`` (48 KiB on every profile
+    here), and dynamic beyond, where the runner raises the kernel's limit."""
+    return (smem, 0) if smem <= hw.smem_per_block_default_bytes else (0, smem)
+
+
 def grid_stride_blocks(work: int, threads: int, sm_count: int) -> int:
     """Blocks for a grid-stride loop over ``work`` items: enough to fill the GPU."""
     return max(1, min(math.ceil(work / threads), sm_count * BLOCKS_PER_SM))

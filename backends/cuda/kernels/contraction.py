@@ -8,21 +8,16 @@ so the shared-memory estimate and the kernel agree by construction.
 from __future__ import annotations
 
 from partitioner.cost import CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contraction_dims, shared_memory
+from partitioner.dtypes import product_accumulator
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters
+from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split
 
-STATIC_SMEM_LIMIT = 48 * 1024
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
 MAX_GRID_Z = 65535
-
-
-def _acc_dtype(promoted: str) -> str:
-    """dtype the products accumulate in: float32 for float types up to float32."""
-    return "float32" if promoted in ("float16", "bfloat16", "float32") else promoted
 
 
 def _fma(acc_dtype: str) -> str:
@@ -43,7 +38,7 @@ def build(group: Group, index: int, hw) -> dict:
         raise ValueError(f"contraction '{op.name}': {batch} batched products exceed the grid's z limit {MAX_GRID_Z}")
     promoted = op.promoted
     wmma = promoted in ("float16", "bfloat16")
-    acc_dtype = _acc_dtype(promoted)
+    acc_dtype = product_accumulator(promoted)
     sources = external_sources(group, params)
     a_tensor, b_tensor = op.inputs[0], op.inputs[1]
 
@@ -94,14 +89,14 @@ def build(group: Group, index: int, hw) -> dict:
             epi.store(w, params.pointer[w], tuple(epi.index_var(e) for e in delinearize(t.shape, lin)))
 
     smem = shared_memory(group)
-    static = smem if smem <= STATIC_SMEM_LIMIT else 0
+    static, dynamic = shared_memory_split(smem, hw)
     op_type = storage_type(promoted) if wmma else REGISTER[promoted]
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
     warps = CONTRACTION_THREADS // 32
     return {
         "template": "contraction.cu.j2", "params": params, "bits": bits,
         "grid": (-(-n // TILE_N), -(-m // TILE_M), batch), "block": (CONTRACTION_THREADS, 1, 1),
-        "smem_dynamic": 0 if static else smem, "smem_static": static,
+        "smem_dynamic": dynamic, "smem_static": static,
         "context": {
             "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
             "m": m, "n": n, "k": k, "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],

@@ -4,33 +4,26 @@ pointwise prologue and epilogue, stage by stage (see ``Group.stages``).
 Layout: rows are the kept axes of the reduction input ``S`` (row ``r`` is their
 row-major index, which is also the linear index of the reduced result), and a
 row's elements are the reduced axes. Values read in two stages are buffered in
-shared memory, exactly those ``cost.buffered_rows`` counts that have the row's
-layout. Written values are stored in the stage that makes them available.
+shared memory as ``cost.reduction_smem`` lays them out (the kernel's budget is
+that layout's size). Written values are stored in the stage that makes them
+available.
 """
 
 from __future__ import annotations
 
 import math
 
-from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, align16, buffered_rows, row_length, rows_per_block
-from partitioner.dtypes import FLOATS, accumulator_dtype, itemsize
+from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block, shuffle_dtype
+from partitioner.dtypes import FLOATS
 from partitioner.graph import Op
 from partitioner.group import Group
 from partitioner.legality import row_structure
 
 from ..codegen import REGISTER, Emitter, Source, convert, delinearize, linear, literal, storage_type, to_storage
-from .common import expr_macro, external_sources, grid_stride_blocks, index_type, parameters
+from .common import expr_macro, external_sources, grid_stride_blocks, index_type, parameters, shared_memory_split
 
-STATIC_SMEM_LIMIT = 48 * 1024
 _COMBINE = {"reduce_sum": "part_sum_op()", "reduce_mean": "part_sum_op()", "reduce_prod": "part_prod_op()",
             "reduce_max": "part_max_op()", "reduce_min": "part_min_op()"}
-
-
-def _acc_dtype(op: Op, in_dtype: str) -> str:
-    if op.kind in ("reduce_max", "reduce_min", "argmax", "argmin"):
-        # exact in float32 for half inputs; int8 and bool widen to what warp shuffles carry
-        return {"float16": "float32", "bfloat16": "float32", "int8": "int32", "bool": "int32"}.get(in_dtype, in_dtype)
-    return accumulator_dtype(in_dtype)
 
 
 def _identity(op: Op, acc: str) -> str:
@@ -80,29 +73,19 @@ def build(group: Group, index: int, hw) -> dict:
     em.depth = 2
     row_idx = tuple(em.index_var(e) for e in delinearize(layout.kept_shape, "r"))
 
-    # shared memory: buffers for values read in two stages, then per-reduction scratch
-    offset = 0
-    buffers = []
-    buffered = {}
-    for base in buffered_rows(group):
-        t = g.tensor(base)
-        if t.shape != layout.shape:
-            continue  # not laid out like the row: recomputed or re-read instead
-        var = f"buf_{len(buffers)}"
-        buffers.append({"var": var, "type": storage_type(t.dtype), "offset": offset})
-        buffered[base] = var
-        offset += align16(per_block * length * itemsize(t.dtype))
+    # shared memory as cost.reduction_smem lays it out: rows kept for a later stage, then partials
+    buffers, buffered, scratch = [], {}, []
     reductions = [op for op in group.compute if op.op_class == "reduction"]
-    scratch = []
-    slots = REDUCTION_THREADS // WARP + 1
-    if per_block == 1:
-        for k, op in enumerate(reductions):
-            acc = _acc_dtype(op, g.tensor(op.inputs[0]).dtype)
-            scratch.append({"var": f"part_{k}", "type": REGISTER[acc], "offset": offset})
-            offset += align16(slots * itemsize(acc))
-            if op.kind in ("argmax", "argmin"):
-                scratch.append({"var": f"part_{k}_i", "type": "int64_t", "offset": offset})
-                offset += align16(slots * 8)
+    for region in reduction_smem(group):
+        if region.role == "row":
+            var = f"buf_{len(buffers)}"
+            buffers.append({"var": var, "type": storage_type(region.dtype), "offset": region.offset})
+            buffered[region.name] = var
+        else:
+            k = [op.name for op in reductions].index(region.name)
+            var = f"part_{k}" + ("_i" if region.role == "index" else "")
+            scratch.append({"var": var, "type": REGISTER[region.dtype], "offset": region.offset})
+    smem = sum(region.bytes for region in reduction_smem(group))
 
     first_use = {}
     for op in group.compute:
@@ -139,15 +122,14 @@ def build(group: Group, index: int, hw) -> dict:
         for w in writes_by_stage.get(stage, []):
             if w not in aligned:
                 _general_write(em, g, w, params.pointer[w], row_idx, layout, rows, team)
-    smem = offset
-    static = smem if smem <= STATIC_SMEM_LIMIT else 0
+    static, dynamic = shared_memory_split(smem, hw)
     return {
         "template": "row_reduction.cu.j2", "params": params, "bits": bits,
         "grid": (grid_stride_blocks(n_rows, per_block, hw.sm_count), 1, 1), "block": (REDUCTION_THREADS, 1, 1),
-        "smem_dynamic": 0 if static else smem, "smem_static": static,
+        "smem_dynamic": dynamic, "smem_static": static,
         "context": {"threads": REDUCTION_THREADS, "short_row": SHORT_ROW, "index_type": itype, "team_size": team,
                     "rows_per_block": per_block, "rows": n_rows, "row_length": length, "buffers": buffers,
-                    "scratch": scratch, "smem_static": static, "smem_dynamic": 0 if static else smem,
+                    "scratch": scratch, "smem_static": static, "smem_dynamic": dynamic,
                     "body": "\n".join(em.lines)},
     }
 
@@ -155,7 +137,7 @@ def build(group: Group, index: int, hw) -> dict:
 def _declare_accumulators(em: Emitter, g, ops: list[Op]) -> list[tuple[str, str, str | None]]:
     out = []
     for op in ops:
-        acc = _acc_dtype(op, g.tensor(op.inputs[0]).dtype)
+        acc = shuffle_dtype(op, g.tensor(op.inputs[0]).dtype)
         var = em.fresh("acc")
         em.emit(f"{REGISTER[acc]} {var} = {_identity(op, acc)};")
         index_var = None
