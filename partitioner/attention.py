@@ -316,7 +316,10 @@ def contraction_pair(group: Group) -> tuple[str, str]:
 
 
 def structure(group: Group) -> Structure:
-    """The :class:`Structure` of a legal attention group, or raise :class:`IllegalPlan`."""
+    """The :class:`Structure` of an attention group, or raise :class:`IllegalPlan` for
+    a rule of its own (the pair, reductions, the score side, what the epilogue
+    reads). The rules it shares with contraction groups (written feeders, epilogue
+    ops) are ``legality.written_violation``'s."""
     g = group.graph
     contractions = [op.name for op in group.compute if op.op_class == "contraction"]
     if len(contractions) < 2:
@@ -331,30 +334,19 @@ def structure(group: Group) -> Structure:
     epilogue = g.descendants_mask[i2] & group.mask
     score = below1 & ~epilogue & ~(1 << i2)
     feeders = group.mask & ~below1 & ~(1 << i1)
-    written = set(group.writes)
     for op in group.compute:
         j = g.index[op.name]
         if op.op_class == "reduction" and not p.middle >> j & 1:
             raise _fail("extra_reduction", f"reduction '{op.name}' is not the row softmax between '{c1}' and '{c2}'",
                         (op.name, c1, c2))
-        if feeders >> j & 1 and op.name in written:
-            raise IllegalPlan("contraction.prologue_written", f"'{op.name}' feeds attention '{c1}'/'{c2}' and is "
-                              "also needed outside the group", (op.name, c1))
         if epilogue >> j & 1:
-            _check_epilogue(g, op, p, score)
+            _check_epilogue_reads(g, op, p, score)
     rows = _check_score_side(g, p, score & ~p.middle)
     writes = tuple(t for t in group.writes if t == c1 or score >> g.index[t] & 1)
     return Structure(p, score, epilogue, feeders, writes, rows)
 
 
-def _check_epilogue(g: Graph, op: Op, p: Pair, score: int) -> None:
-    c2 = g.ops[p.c2]
-    if op.op_class == "injective" and not op.is_view:
-        raise IllegalPlan("contraction.epilogue_op", f"{op.kind} '{op.name}' after contraction '{p.c2}' moves "
-                          "elements; only elementwise epilogues fuse", (op.name, p.c2))
-    if op.out.numel != c2.out.numel:
-        raise IllegalPlan("contraction.epilogue_shape", f"epilogue '{op.name}' {list(op.out.shape)} differs from "
-                          f"the product '{p.c2}' {list(c2.out.shape)}", (op.name, p.c2))
+def _check_epilogue_reads(g: Graph, op: Op, p: Pair, score: int) -> None:
     for t in op.tensor_inputs:
         if t == p.c1 or g.producer(t) and score >> g.index[t] & 1:
             raise _fail("epilogue_input", f"epilogue '{op.name}' reads score value '{t}', which the kernel no "

@@ -25,7 +25,8 @@ from .exits import OneLineParser, guarded
 from .hardware import PROFILES, load_hardware
 from .import_cli import main as import_main
 from .loader import load_graph
-from .report import HEURISTICS, json_report, resource_table, text_report
+from .explain import explain
+from .report import HEURISTICS, explain_text, json_report, resource_table, text_report
 from .strategies import STRATEGIES, compare, partition
 
 
@@ -44,7 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                         "greedy, ilp")
     p.add_argument("--draw", metavar="FILE",
                    help="draw the plan to FILE (.svg, .png: needs Graphviz's dot; .dot: plain text)")
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="ilp", help="partitioning strategy (default ilp)")
+    p.add_argument("--strategy", choices=sorted(STRATEGIES),
+                   help="partitioning strategy (default ilp; with --explain, every strategy)")
+    p.add_argument("--explain", nargs=2, metavar=("OP_A", "OP_B"),
+                   help="say, per strategy, whether two ops share a kernel and if not, why")
     p.add_argument("--hardware", default="h100",
                    help=f"profile name ({', '.join(PROFILES)}) or a profile .yaml file (default h100)")
     p.add_argument("--time-limit", type=float, metavar="S", help="ILP wall-clock limit in seconds (default 60)")
@@ -96,7 +100,26 @@ def _no_kernel_summary(groups: list[dict]) -> str:
     return "; no kernel for " + ", ".join(parts) if parts else ""
 
 
+def _explain(args: argparse.Namespace) -> int:
+    graph = load_graph(args.graph)
+    hw = load_hardware(args.hardware)
+    names = (args.strategy,) if args.strategy else ("none", *HEURISTICS, "ilp")
+    plans = compare(graph, hw, names, args.time_limit, args.max_ops, _progress_printer())
+    a, b = args.explain
+    answers = [explain(plan, a, b) for plan in plans]
+    if args.format == "json":
+        print(json.dumps({"graph": graph.name, "hardware": hw.name, "ops": [a, b],
+                          "explain": [e.to_dict() for e in answers]}, indent=2))
+    else:
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 200
+        sys.stdout.write(explain_text(answers, a, b, width))
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.explain:
+        return _explain(args)
+    args.strategy = args.strategy or "ilp"
     if args.draw:
         check_can_draw(args.draw)  # before planning: a missing dot should not cost a solve
     graph = load_graph(args.graph)
@@ -174,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate runs the cuda backend: add --backend cuda")
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
+    if args.explain and (args.report or args.compare or args.draw or args.emit or args.compile or args.run):
+        parser.error("--explain answers on its own: drop --report, --compare, --draw, --emit, --compile and --run")
     bad_input = (GraphError, HardwareError, BackendError, DrawError)
     return guarded("partition", lambda: _run(args), bad_input)
 

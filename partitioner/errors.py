@@ -25,13 +25,18 @@ class IllegalPlan(ValueError):
     Attributes:
         reason: machine-readable rule code, e.g. ``"contraction.epilogue_shape"``
             (every code is listed in ``docs/legality.md``).
+        message: the explanation, one line.
         ops: the op names the violation involves.
+        used, limit: for a ``budget.*`` code, the estimate and the limit it exceeds.
     """
 
-    def __init__(self, reason: str, message: str, ops: tuple[str, ...] = ()):
+    def __init__(self, reason: str, message: str, ops: tuple[str, ...] = (), used: int | None = None,
+                 limit: int | None = None):
         super().__init__(f"[{reason}] {message}")
         self.reason = reason
+        self.message = message
         self.ops = tuple(ops)
+        self.used, self.limit = used, limit
 
 
 class HardwareError(ValueError):

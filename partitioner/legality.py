@@ -43,6 +43,8 @@ budget.ops                       more ops than the group size cap
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
 from . import attention
@@ -132,7 +134,7 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
             )
     count = compute.bit_count()
     if count > max_ops:
-        return IllegalPlan("budget.ops", f"{count} ops exceed the cap of {max_ops} per group", ())
+        return IllegalPlan("budget.ops", f"{count} ops exceed the cap of {max_ops} per group", (), count, max_ops)
     return None
 
 
@@ -172,61 +174,86 @@ def _contraction_violation(g: Graph, contractions: int, reductions: int) -> Ille
 # ---------------------------------------------------------------- kind rules
 
 
-def _check_pointwise(group: Group) -> None:
-    g = group.graph
-    outs = [*group.writes, *group.sinks]
+def _dead(g: Graph, name: str) -> bool:
+    """A value nothing reads and no output holds: a sink in every group that computes it."""
+    return not g.storage_readers.get(name, 0) and name not in g.output_storages
+
+
+def _pointwise_rules(g: Graph, mask: int, written: set[str]) -> IllegalPlan | None:
+    outs = [t for t in g.names(mask & g.compute_mask) if t in written or _dead(g, t)]
     numels = {g.tensor(t).numel for t in outs}
     if len(numels) > 1:
         a = outs[0]
         b = next(t for t in outs if g.tensor(t).numel != g.tensor(a).numel)
-        raise IllegalPlan(
+        return IllegalPlan(
             "pointwise.iteration_space",
             f"'{a}' {list(g.tensor(a).shape)} and '{b}' {list(g.tensor(b).shape)} leave the group with different "
             "element counts; a pointwise kernel has one iteration space",
             (a, b),
         )
+    return None
 
 
-def _check_contraction(group: Group) -> None:
-    g = group.graph
-    c = next(op for op in group.compute if op.op_class == "contraction")
-    i = g.index[c.name]
-    prologue = g.ancestors_mask[i] & group.mask
-    epilogue = g.descendants_mask[i] & group.mask
-    written = set(group.writes)
-    for op in group.compute:
-        j = g.index[op.name]
-        if op is c:
+def _contraction_rules(g: Graph, anchor: int, mask: int, written: set[str]) -> IllegalPlan | None:
+    c = g.ops[g.order[anchor]]
+    prologue = g.ancestors_mask[anchor]
+    violation = epilogue_violation(g, c.name, mask)
+    if violation is not None:
+        return violation
+    for name in g.names(mask & g.compute_mask & ~(1 << anchor) & ~g.descendants_mask[anchor]):
+        if name not in written:
             continue
-        if prologue >> j & 1:
-            if op.name in written:
-                raise IllegalPlan(
-                    "contraction.prologue_written",
-                    f"'{op.name}' feeds contraction '{c.name}' and is also needed outside the group",
-                    (op.name, c.name),
-                )
-        elif epilogue >> j & 1:
-            if op.op_class == "injective":
-                raise IllegalPlan(
-                    "contraction.epilogue_op",
-                    f"{op.kind} '{op.name}' after contraction '{c.name}' moves elements; only elementwise "
-                    "epilogues fuse",
-                    (op.name, c.name),
-                )
-            if op.out.numel != c.out.numel:
-                raise IllegalPlan(
-                    "contraction.epilogue_shape",
-                    f"epilogue '{op.name}' {list(op.out.shape)} differs from the product '{c.name}' "
-                    f"{list(c.out.shape)}",
-                    (op.name, c.name),
-                )
-        elif op.name in written and op.out.numel != c.out.numel:
-            raise IllegalPlan(
-                "contraction.side_written",
-                f"'{op.name}' {list(op.out.shape)} is written but lies outside the iteration space of "
-                f"'{c.name}' {list(c.out.shape)}",
-                (op.name, c.name),
-            )
+        if prologue >> g.index[name] & 1:
+            return IllegalPlan("contraction.prologue_written",
+                               f"'{name}' feeds contraction '{c.name}' and is also needed outside the group",
+                               (name, c.name))
+        if g.ops[name].out.numel != c.out.numel:
+            op = g.ops[name]
+            return IllegalPlan("contraction.side_written",
+                               f"'{name}' {list(op.out.shape)} is written but lies outside the iteration space of "
+                               f"'{c.name}' {list(c.out.shape)}", (name, c.name))
+    return None
+
+
+def epilogue_violation(g: Graph, product: str, mask: int) -> IllegalPlan | None:
+    """The first op of ``mask`` downstream of contraction ``product`` that no epilogue
+    can apply: one that moves elements, or one off the product's element count."""
+    c = g.ops[product]
+    for name in g.names(mask & g.compute_mask & g.descendants_mask[g.index[product]]):
+        op = g.ops[name]
+        if op.op_class == "injective":
+            return IllegalPlan("contraction.epilogue_op", f"{op.kind} '{name}' after contraction '{product}' moves "
+                               "elements; only elementwise epilogues fuse", (name, product))
+        if op.out.numel != c.out.numel:
+            return IllegalPlan("contraction.epilogue_shape", f"epilogue '{name}' {list(op.out.shape)} differs from "
+                               f"the product '{product}' {list(c.out.shape)}", (name, product))
+    return None
+
+
+def written_violation(g: Graph, kind: str, anchor, mask: int, written: set[str]) -> IllegalPlan | None:
+    """The rule every group of ``kind`` holding the ops ``mask`` breaks once the values
+    ``written`` leave it, or ``None``: a pointwise group's one iteration space; a
+    contraction's epilogue, written prologue and side values (``anchor``: its index);
+    an attention group's epilogue and written feeders (``anchor``: its
+    :class:`~partitioner.attention.Pair`). Every ``mask`` member that decides these
+    rules keeps its role in a larger group, so a larger group that still writes those
+    values breaks the rule too: candidate enumeration prunes on it with the values
+    every group of a branch must write, and :func:`check_group` checks it with the
+    group's own writes."""
+    if kind == "pointwise":
+        return _pointwise_rules(g, mask, written)
+    if kind == "contraction":
+        return _contraction_rules(g, anchor, mask, written)
+    if kind == "attention":
+        violation = epilogue_violation(g, anchor.c2, mask)
+        scores = g.descendants_mask[g.index[anchor.c1]] | (1 << g.index[anchor.c1])
+        feeders = [t for t in g.names(mask & g.compute_mask & ~scores) if t in written]
+        if violation is None and feeders:
+            violation = IllegalPlan("contraction.prologue_written", f"'{feeders[0]}' feeds attention "
+                                    f"'{anchor.c1}'/'{anchor.c2}' and is also needed outside the group",
+                                    (feeders[0], anchor.c1))
+        return violation
+    return None
 
 
 class RowStructure:
@@ -355,19 +382,23 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget."""
     if not group.mask:
         raise IllegalPlan("partition.empty_group", "a group has no ops")
+    g = group.graph
     _check_convex(group)
     _check_connected(group)
-    violation = hereditary_violation(group.graph, group.mask, max_ops)
+    violation = hereditary_violation(g, group.mask, max_ops)
     if violation is not None:
         raise violation
     if group.kind == "pointwise":
-        _check_pointwise(group)
+        violation = written_violation(g, "pointwise", None, group.mask, set(group.writes))
     elif group.kind == "contraction":
-        _check_contraction(group)
+        contraction = next(op for op in group.compute if op.op_class == "contraction")
+        violation = written_violation(g, "contraction", g.index[contraction.name], group.mask, set(group.writes))
     elif group.kind == "reduction":
         _check_reduction(group)
     elif group.kind == "attention":
-        attention.structure(group)
+        violation = written_violation(g, "attention", attention.structure(group).pair, group.mask, set(group.writes))
+    if violation is not None:
+        raise violation
     if len(group.compute) < 2:
         return  # one op is always a kernel: budgets limit fusion (the report flags a lone op over one)
     for name, used, limit in budgets(group, hw, max_ops).over():
@@ -375,17 +406,52 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
             f"budget.{name}",
             f"group of {', '.join(group.ops[:3])}{', ...' if len(group.ops) > 3 else ''} needs {used} "
             f"({name.replace('_', ' ')}) over the limit {limit}",
-            group.ops,
+            group.ops, used, limit,
         )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a group may be one kernel: accepted (``reason`` is ``None``), or the
+    rule it breaks, as XLA's ``FusionDecision`` and Inductor's ``WhyNoFuse`` say it.
+
+    Attributes:
+        reason: the rule's code (``docs/legality.md``), or ``None`` when accepted.
+        message: why, one line.
+        ops: the ops the rule involves.
+        used, limit: for a ``budget.*`` code, the estimate and the limit.
+    """
+
+    reason: str | None = None
+    message: str = ""
+    ops: tuple[str, ...] = ()
+    used: int | None = None
+    limit: int | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+    @classmethod
+    def rejected(cls, error: IllegalPlan) -> "Decision":
+        return cls(error.reason, error.message, error.ops, error.used, error.limit)
+
+
+ACCEPTED = Decision()
+
+
+def decide(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Decision:
+    """The :class:`Decision` on ``group``: :func:`check_group` as a value."""
+    try:
+        check_group(group, hw, max_ops)
+    except IllegalPlan as error:
+        return Decision.rejected(error)
+    return ACCEPTED
 
 
 def is_legal(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> bool:
     """Whether ``group`` passes :func:`check_group`."""
-    try:
-        check_group(group, hw, max_ops)
-    except IllegalPlan:
-        return False
-    return True
+    return decide(group, hw, max_ops).accepted
 
 
 def check_partition(graph: Graph, groups: list[list[str]]) -> None:

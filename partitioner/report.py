@@ -10,6 +10,7 @@ import io
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from .plan import Plan
 
@@ -206,3 +207,19 @@ def resource_table(rows: list[dict], width: int = 200) -> str:
     out = io.StringIO()
     Console(file=out, width=width, no_color=True, highlight=False).print(table)
     return out.getvalue()
+
+
+def explain_text(explanations: list, a: str, b: str, width: int = 200) -> str:
+    """``--explain``: per strategy, whether ``a`` and ``b`` share a group and why not
+    (``explain.Explanation``; deltas modelled)."""
+    table = Table(title=f"Do '{a}' and '{b}' share a kernel? (times {_MODELLED})", title_justify="left")
+    for column in ("strategy", "verdict", "groups", "why"):
+        table.add_column(column, overflow="fold", no_wrap=column != "why")
+    for e in explanations:
+        groups = f"{e.groups[0]}" if e.groups[0] == e.groups[1] else f"{e.groups[0]}, {e.groups[1]}"
+        why = f"[{e.reason}] {e.message}" if e.reason else e.message
+        table.add_row(e.strategy, e.verdict, groups, Text(why))  # Text: brackets are not markup
+    out = io.StringIO()
+    Console(file=out, width=width, no_color=True, highlight=False).print(table)
+    return out.getvalue()
+

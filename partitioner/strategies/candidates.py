@@ -26,13 +26,11 @@ A branch of the search is cut only when no set in it can be legal:
 
 * the convex hull of the set breaks a hereditary rule
   (``legality.hereditary_violation``); every convex superset contains the hull;
-* a value the set produces is *must-write* (a graph output, or read by an op the
-  branch can no longer add) and the written values already break the kind's
-  iteration-space rule: two element counts in a pointwise group; a written
-  prologue value, or a written value or an epilogue op off the product's element
-  count, or a layout op in the epilogue of a contraction group; a written feeder,
-  or an epilogue op off the second product's element count or moving elements,
-  in an attention group.
+* the values the set produces that every set of the branch writes (*must-write*:
+  a graph output, or read by an op the branch can no longer add) already break a
+  rule of its kind that only grows with the group (``legality.written_violation``:
+  a pointwise group's one iteration space; a contraction's epilogue, written
+  prologue and side values; an attention group's epilogue and written feeders).
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ from ..attention import Pair, pairs
 from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import hereditary_violation, is_legal
+from ..legality import hereditary_violation, is_legal, written_violation
 
 
 class _Stop(Exception):
@@ -105,7 +103,6 @@ class _Search:
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
         self.pointwise &= graph.compute_mask
-        self.numel = {i: graph.ops[graph.order[i]].out.numel for i in self.adj}
         self.hull_ok: dict[int, bool] = {}
         self.masks: list[int] = []
         self.groups: list[Group] = []
@@ -146,44 +143,11 @@ class _Search:
                     break
         return out
 
-    def _pointwise_conflict(self, mask: int, below: int, above: int, addable: int) -> bool:
-        g = self.graph
-        counts = {self.numel[i] for i in self.must_writes(mask, below, above, addable)}
-        for name in g.names(mask):
-            if not g.storage_readers.get(name, 0) and name not in g.output_storages:
-                counts.add(self.numel[g.index[name]])
-        return len(counts) > 1
-
-    def _contraction_conflict(self, anchor: int, mask: int, below: int, above: int, addable: int) -> bool:
-        g = self.graph
-        prologue = g.ancestors_mask[anchor]
-        epilogue = g.descendants_mask[anchor]
-        size = self.numel[anchor]
-        rest = mask & epilogue
-        while rest:
-            low = rest & -rest
-            rest ^= low
-            i = low.bit_length() - 1
-            if self.numel[i] != size or g.ops[g.order[i]].op_class == "injective":
-                return True
-        for i in self.must_writes(mask, below, above, addable):
-            if prologue >> i & 1 or (i != anchor and self.numel[i] != size):
-                return True
-        return False
-
-    def _attention_conflict(self, p: Pair, mask: int, below: int, above: int, addable: int) -> bool:
-        g = self.graph
-        c1, c2 = g.index[p.c1], g.index[p.c2]
-        epilogue = mask & g.descendants_mask[c2]
-        size = self.numel[c2]
-        while epilogue:
-            low = epilogue & -epilogue
-            epilogue ^= low
-            i = low.bit_length() - 1
-            if self.numel[i] != size or g.ops[g.order[i]].op_class == "injective":
-                return True
-        scores = g.descendants_mask[c1] | (1 << c1)
-        return any(not scores >> i & 1 for i in self.must_writes(mask, below, above, addable))
+    def conflict(self, kind: str, anchor, mask: int, below: int, above: int, addable: int) -> bool:
+        """Whether no set of this branch can be legal: the values it must write already
+        break a rule of its kind (``legality.written_violation``)."""
+        must = {self.graph.order[i] for i in self.must_writes(mask, below, above, addable)}
+        return written_violation(self.graph, kind, anchor, mask, must) is not None
 
     def emit(self, mask: int, hull: int) -> None:
         if (hull ^ mask) & self.graph.compute_mask:
@@ -233,11 +197,7 @@ class _Search:
                 if self.tick is not None:
                     self.tick(len(self.masks))
             addable = ext | (universe & later & ~closed)
-            if kind == "pointwise" and self._pointwise_conflict(mask, below, above, addable):
-                continue
-            if kind == "contraction" and self._contraction_conflict(anchor, mask, below, above, addable):
-                continue
-            if kind == "attention" and self._attention_conflict(anchor, mask, below, above, addable):
+            if kind != "reduction" and self.conflict(kind, anchor, mask, below, above, addable):
                 continue
             self.emit(mask, mask | (below & above))
             children = []

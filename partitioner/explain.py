@@ -1,0 +1,104 @@
+"""Why two ops do or do not share a kernel in a plan: ``partition GRAPH --explain A B``.
+
+For each plan, the answer is one of:
+
+* ``together``: the two ops are in one group;
+* ``illegal``: the smallest group holding both, given the plan, breaks a fusion
+  rule or a budget (its :class:`~partitioner.legality.Decision`: the rule's code,
+  and for a budget the estimate and the limit);
+* ``cycle``: that group is legal, but with the plan's other groups it would close a
+  cycle between kernels (``plan.cycle``);
+* ``not cheaper`` / ``cheaper``: the plan with that group instead costs Δ µs more
+  (the plan's choice) or less (a merge the strategy did not make), modelled.
+
+The smallest group holding both is the union of their two groups and of every
+group on a path between them (a group must be convex), with the views between
+them. Every figure comes from ``legality`` and ``cost``: nothing here restates a rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import group_cost
+from .errors import GraphError, IllegalPlan
+from .group import Group
+from .legality import check_acyclic, decide
+from .plan import Plan
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """One strategy's answer (see module docstring).
+
+    Attributes:
+        strategy: the plan's strategy.
+        verdict: ``together``, ``illegal``, ``cycle``, ``not cheaper`` or ``cheaper``.
+        groups: the plan's group index of each op (launch order).
+        reason: the rule's code for ``illegal`` and ``cycle``, else ``None``.
+        message: one line saying why.
+        delta_us: for ``not cheaper``/``cheaper``, the modelled time the merged plan
+            adds (positive) or saves (negative), microseconds.
+        used, limit: for a budget, the estimate and the limit it exceeds.
+    """
+
+    strategy: str
+    verdict: str
+    groups: tuple[int, int]
+    reason: str | None = None
+    message: str = ""
+    delta_us: float | None = None
+    used: int | None = None
+    limit: int | None = None
+
+    def to_dict(self) -> dict:
+        return {key: value for key, value in vars(self).items() if value is not None}
+
+
+def explain(plan: Plan, a: str, b: str) -> Explanation:
+    """Whether ops ``a`` and ``b`` share a group in ``plan``, and if not, why.
+
+    Raises:
+        GraphError: ``a`` or ``b`` is not an op of the plan's graph.
+    """
+    g = plan.graph
+    for name in (a, b):
+        if name not in g.ops:
+            raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
+                             "(composites are named by their parts, e.g. 'softmax:max')")
+    groups = [c.group for c in plan.cost.groups]
+    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
+    ka, kb = owner[a], owner[b]
+    if ka == kb:
+        return Explanation(plan.strategy, "together", (ka, kb), message=f"both in group {ka} ({groups[ka].kind})")
+    merged_ids = _between(g, groups, owner, ka, kb)
+    merged = Group(g, sum(groups[k].mask for k in merged_ids))
+    decision = decide(merged, plan.hardware, plan.max_ops)
+    if not decision.accepted:
+        return Explanation(plan.strategy, "illegal", (ka, kb), decision.reason, decision.message,
+                           used=decision.used, limit=decision.limit)
+    rest = [group for k, group in enumerate(groups) if k not in merged_ids]
+    try:
+        check_acyclic(g, [*rest, merged])
+    except IllegalPlan as error:
+        return Explanation(plan.strategy, "cycle", (ka, kb), error.reason, error.message)
+    delta = group_cost(merged, plan.hardware, plan.max_ops).modeled_time_us - sum(
+        plan.cost.groups[k].modeled_time_us for k in merged_ids)
+    if delta >= 0:
+        return Explanation(plan.strategy, "not cheaper", (ka, kb),
+                           message=f"legal but not cheaper: +{delta:,.2f} us modelled", delta_us=delta)
+    return Explanation(plan.strategy, "cheaper", (ka, kb),
+                       message=f"legal and {-delta:,.2f} us cheaper (modelled): {plan.strategy} did not merge them",
+                       delta_us=delta)
+
+
+def _between(g, groups: list[Group], owner: dict[str, int], ka: int, kb: int) -> set[int]:
+    """The fewest whole groups that hold ``ka`` and ``kb`` and form a convex set: the two,
+    and every group an op on a path between their ops belongs to, until none is left."""
+    ids = {ka, kb}
+    while True:
+        mask = sum(groups[k].mask for k in ids)
+        grown = ids | {owner[name] for name in g.names(g.convex_hull(mask) & ~mask)}
+        if grown == ids:
+            return ids
+        ids = grown
