@@ -23,17 +23,15 @@ bool      0         0         exact
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from partitioner.dtypes import numpy_dtype
 from partitioner.graph import Graph
 from partitioner.plan import Plan
 from partitioner.reference import random_inputs, run_reference
+from partitioner.report import PIPED_WIDTH, table_text
 
 from .base import Backend, BackendError
 
@@ -131,13 +129,9 @@ def tolerance_dtype(graph: Graph, tensor: str) -> str:
     return worst
 
 
-def check_table(checks: list[OutputCheck], title: str, width: int = 200) -> str:
+def check_table(checks: list[OutputCheck], title: str, width: int = PIPED_WIDTH) -> str:
     """The checks as a text table."""
-    table = Table(title=title, title_justify="left")
-    for column in ("output", "dtype", "max abs error", "max rel error", "within tolerance"):
-        table.add_column(column, justify="left" if column in ("output", "dtype") else "right")
-    for c in checks:
-        table.add_row(c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}", "yes" if c.ok else "NO")
-    out = io.StringIO()
-    Console(file=out, width=width, no_color=True, highlight=False).print(table)
-    return out.getvalue()
+    rows = [[c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}", "yes" if c.ok else "NO"]
+            for c in checks]
+    return table_text(title, [(["output", "dtype", "max abs error", "max rel error", "within tolerance"], rows)],
+                      {"output"}, width, {"dtype"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 
 from backends.base import BackendError, load_backend
@@ -19,14 +18,14 @@ from backends.check import check_table, run_and_check
 
 from . import __version__
 from .cost import DEFAULT_MAX_OPS
-from .draw import DrawError, check_can_draw, draw
+from .draw import OPS_VIEW_LIMIT, VIEWS, DrawError, check_can_draw, draw, resolve_view
 from .errors import GraphError, HardwareError
 from .exits import OneLineParser, guarded
+from .explain import explain
 from .hardware import PROFILES, load_hardware
 from .import_cli import main as import_main
 from .loader import load_graph
-from .explain import explain
-from .report import HEURISTICS, explain_text, json_report, resource_table, text_report
+from .report import HEURISTICS, explain_text, json_report, output_width, resource_table, text_report
 from .strategies import STRATEGIES, compare, partition
 
 
@@ -45,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                         "greedy, ilp")
     p.add_argument("--draw", metavar="FILE",
                    help="draw the plan to FILE (.svg, .png: needs Graphviz's dot; .dot: plain text)")
+    p.add_argument("--draw-view", choices=VIEWS, default="auto",
+                   help=f"draw every op in its kernel (ops), one node per kernel (kernels), or ops up to "
+                        f"{OPS_VIEW_LIMIT} ops and kernels beyond (auto, the default)")
     p.add_argument("--strategy", choices=sorted(STRATEGIES),
                    help="partitioning strategy (default ilp; with --explain, every strategy)")
     p.add_argument("--explain", nargs=2, metavar=("OP_A", "OP_B"),
@@ -111,8 +113,7 @@ def _explain(args: argparse.Namespace) -> int:
         print(json.dumps({"graph": graph.name, "hardware": hw.name, "ops": [a, b],
                           "explain": [e.to_dict() for e in answers]}, indent=2))
     else:
-        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 200
-        sys.stdout.write(explain_text(answers, a, b, width))
+        sys.stdout.write(explain_text(answers, a, b, output_width()))
     return 0
 
 
@@ -139,13 +140,14 @@ def _run(args: argparse.Namespace) -> int:
         if progress is not None:
             sys.stderr.write("\r\033[K")
     data = json_report(plan, plans)
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 200
+    width = output_width()
     text = [text_report(plan, plans, detailed=args.report, width=width)]
     status = 0
     if args.draw:
-        data["drawn"] = str(draw(plan, args.draw))
-        text.append(f"drawn     {args.draw}: {sum(g.kind != 'view' for g in plan.cost.groups)} kernel(s) "
-                    "as clusters\n")
+        data["drawn"] = str(draw(plan, args.draw, args.draw_view))
+        shown = "clusters of their ops" if resolve_view(plan, args.draw_view) == "ops" else "one node each"
+        text.append(f"drawn     {args.draw}: {sum(g.kind != 'view' for g in plan.cost.groups)} kernel(s), "
+                    f"{shown}\n")
     if args.emit or args.compile:
         backend = load_backend(args.emit or "cuda", arch=args.arch)
         rendered = backend.render(plan)
@@ -191,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is the directory of --emit: add --emit cuda")
     if not args.run and (args.emulate or args.backend != "numpy" or args.seed != 0):
         parser.error("--backend, --emulate and --seed apply to --run: add --run")
+    if args.draw_view != "auto" and not args.draw:
+        parser.error("--draw-view applies to --draw: add --draw FILE")
     if args.arch != "sm_90" and not args.compile:
         parser.error("--arch applies to --compile: add --compile")
     if args.emulate and args.backend != "cuda":

@@ -5,7 +5,7 @@ DOT language, built with the ``graphviz`` Python package, and for ``.svg`` and
 ``.png`` renders it with Graphviz's ``dot`` program (Debian/Ubuntu package
 ``graphviz``; Homebrew ``graphviz``). A ``.dot`` file needs no program.
 
-What is drawn:
+Two views. The *op view* draws
 
 * one cluster per kernel (a group holding compute ops), coloured by its kind and
   labelled ``#k kind, time us`` with the group's modelled time (attention groups
@@ -15,6 +15,13 @@ What is drawn:
   grey; graph inputs as grey ellipses; graph outputs with a double border;
 * edges that cross from one kernel into another (or from an input into a kernel)
   labelled with the tensor's size in MB: what that kernel reads from memory.
+
+The *kernel view*, for large graphs, draws one node per kernel (DOT id
+``k<group index>``) with its kind, modelled time and first and last ops, and one
+edge per pair of kernels that pass data, labelled with the MB the consumer reads
+from the producer; views between kernels are looked through. ``view="auto"``
+picks the op view up to ``OPS_VIEW_LIMIT`` ops. Both carry a legend of the kind
+colours.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ FORMATS = (".svg", ".png", ".dot")
 #: crashed Graphviz 2.42/2.43 on that graph.
 LARGE_GRAPH_OPS = 400
 #: Fill colours per group kind (light, so labels stay readable).
+#: ``view="auto"`` draws every op up to this many ops, one node per kernel beyond:
+#: GPT-2 2L's 231 ops as ops come out 1145 x 12148 px.
+OPS_VIEW_LIMIT = 120
+VIEWS = ("auto", "ops", "kernels")
 KIND_COLOURS = {
     "pointwise": "#dbeafe",
     "reduction": "#dcfce7",
@@ -46,24 +57,78 @@ class DrawError(ValueError):
 
 
 def _mb(n: int) -> str:
+    if n < 1e3:
+        return f"{n} B"
     return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n / 1e3:,.1f} KB"
 
 
-def to_dot(plan: Plan):
-    """The plan as a ``graphviz.Digraph`` (no rendering, no ``dot`` program needed)."""
+def to_dot(plan: Plan, view: str = "auto"):
+    """The plan as a ``graphviz.Digraph`` (no rendering, no ``dot`` program needed), in
+    the op view or the kernel view (module docstring)."""
     import graphviz  # imported here: only drawing needs it
 
     g = plan.graph
+    kernels = resolve_view(plan, view) == "kernels"
+    what = f"one node per kernel ({len(g.ops)} ops)" if kernels else "ops in their kernels"
     dot = graphviz.Digraph(name=g.name, graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "fontsize": "12", "nodesep": "0.15",
         "ranksep": "0.3", "label": f"{g.name}: {plan.strategy} plan on {plan.hardware.name}, "
-                                   f"{plan.cost.launches} kernels, {plan.cost.modeled_time_us:,.1f} us modelled",
+                                   f"{plan.cost.launches} kernels, {plan.cost.modeled_time_us:,.1f} us modelled; "
+                                   f"{what}",
         "labelloc": "t",
         # Graphviz 2.43 switches newrank on whenever the attribute is present, whatever its value
-        **({} if len(g.ops) > LARGE_GRAPH_OPS else {"newrank": "true"})},
+        **({} if len(g.ops) > LARGE_GRAPH_OPS or kernels else {"newrank": "true"})},
         node_attr={"fontname": "Helvetica", "fontsize": "10", "shape": "box", "style": "rounded,filled",
                    "fillcolor": "white", "height": "0.3", "margin": "0.06,0.02"},
         edge_attr={"fontname": "Helvetica", "fontsize": "8", "arrowsize": "0.5", "color": "#555555"})
+    (_kernel_view if kernels else _op_view)(plan, dot)
+    _legend(plan, dot, kernels)
+    return dot
+
+
+def resolve_view(plan: Plan, view: str) -> str:
+    """``ops`` or ``kernels``: the view ``view`` (``auto``, ``ops``, ``kernels``) draws ``plan`` in."""
+    if view == "auto":
+        return "kernels" if len(plan.graph.ops) > OPS_VIEW_LIMIT else "ops"
+    return view
+
+
+def _label(k: int, group) -> str:
+    label = f"#{k} {group.kind}, {group.modeled_time_us:,.2f} us"
+    if group.tiling is not None:
+        t = group.tiling
+        label += f"\n{t.block_m}x{t.block_n} tiles, {t.k_tiles} K/V tile(s) per block"
+    return label
+
+
+def _legend(plan: Plan, dot, kernels: bool) -> None:
+    """One node listing the colour of each kind the plan uses, and what edges mean."""
+    kinds = list(dict.fromkeys(g.kind for g in plan.cost.groups if g.kind != "view"))
+    rows = "".join(f'<TR><TD BGCOLOR="{KIND_COLOURS.get(k, "#eeeeee")}">{k}</TD></TR>' for k in kinds)
+    edges = "MB the consumer kernel reads" if kernels else "MB read across kernels (views dashed)"
+    dot.node("legend", f'<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0"><TR><TD><B>kernel kinds</B></TD></TR>'
+                       f'{rows}<TR><TD>edges: {edges}</TD></TR></TABLE>>', shape="plaintext", style="")
+
+
+def _kernel_view(plan: Plan, dot) -> None:
+    g = plan.graph
+    owner = {name: k for k, group in enumerate(plan.cost.groups) for name in group.ops}
+    for k, group in enumerate(plan.cost.groups):
+        if group.kind != "view":
+            ops = group.ops[0] if len(group.ops) == 1 else f"{group.ops[0]} ... {group.ops[-1]} ({len(group.ops)} ops)"
+            dot.node(f"k{k}", f"{_label(k, group)}\n{ops}", fillcolor=KIND_COLOURS.get(group.kind, "#eeeeee"))
+    passed: dict[tuple[int, int], int] = {}
+    for k, group in enumerate(plan.cost.groups):
+        for base in group.group.reads:
+            producer = owner.get(base)
+            if producer is not None and producer != k:
+                passed[(producer, k)] = passed.get((producer, k), 0) + g.tensor(base).nbytes
+    for (producer, consumer), nbytes in sorted(passed.items()):
+        dot.edge(f"k{producer}", f"k{consumer}", label=_mb(nbytes), color="#c2410c", fontcolor="#c2410c")
+
+
+def _op_view(plan: Plan, dot) -> None:
+    g = plan.graph
     node = {name: f"op{i}" for name, i in g.index.items()}  # plain ids: ':' in a DOT id means a port
     owner: dict[str, int] = {}
     outputs = g.output_storages
@@ -75,11 +140,7 @@ def to_dot(plan: Plan):
                 dot.node(node[name], name, fontsize="7", fontcolor="#777777", color="#bbbbbb", height="0.2")
             continue
         with dot.subgraph(name=f"cluster_{k}") as cluster:
-            label = f"#{k} {group.kind}, {group.modeled_time_us:,.2f} us"
-            if group.tiling is not None:
-                t = group.tiling
-                label += f"\n{t.block_m}x{t.block_n} tiles, {t.k_tiles} K/V tile(s) per block"
-            cluster.attr(label=label, style="filled,rounded",
+            cluster.attr(label=_label(k, group), style="filled,rounded",
                          fillcolor=KIND_COLOURS.get(group.kind, "#eeeeee"), color="#888888", fontsize="10")
             for name in group.ops:
                 op = g.ops[name]
@@ -101,7 +162,6 @@ def to_dot(plan: Plan):
             dot.edge(node[u], node[v], style="dashed", color="#aaaaaa")  # a free view: no traffic of its own
         else:
             dot.edge(node[u], node[v], label=_mb(data["bytes"]), color="#c2410c", fontcolor="#c2410c", penwidth="1.4")
-    return dot
 
 
 def check_can_draw(path: str | Path) -> None:
@@ -115,8 +175,9 @@ def check_can_draw(path: str | Path) -> None:
                         "package (apt-get install graphviz), or draw to a .dot file")
 
 
-def draw(plan: Plan, path: str | Path) -> Path:
-    """Write a picture of ``plan`` to ``path`` (``.svg``, ``.png`` or ``.dot``) and return it.
+def draw(plan: Plan, path: str | Path, view: str = "auto") -> Path:
+    """Write a picture of ``plan`` to ``path`` (``.svg``, ``.png`` or ``.dot``) and return it;
+    ``view`` is ``auto``, ``ops`` or ``kernels`` (module docstring).
 
     Raises:
         DrawError: another suffix, ``.svg``/``.png`` without Graphviz's ``dot``
@@ -124,7 +185,7 @@ def draw(plan: Plan, path: str | Path) -> Path:
     """
     check_can_draw(path)
     path = Path(path)
-    dot = to_dot(plan)
+    dot = to_dot(plan, view)
     if path.suffix.lower() == ".dot":
         path.write_text(dot.source)
     else:

@@ -7,6 +7,8 @@ is planning wall time, measured on the machine that ran the planner.
 from __future__ import annotations
 
 import io
+import shutil
+import textwrap
 
 from rich.console import Console
 from rich.table import Table
@@ -49,22 +51,88 @@ def _budget(used: int, limit: int) -> str:
     return f"{used}/{limit}{flag}"
 
 
-def _groups_table(plan: Plan) -> Table:
-    table = Table(title=f"Fusion groups of the {plan.strategy} plan (times {_MODELLED})", title_justify="left")
-    for column in ("#", "kind", "ops", "read MB", "written MB", "time us", "roofline us",
-                   "smem B", "regs", "params B", "ops/cap"):
-        table.add_column(column, justify="left" if column in ("kind", "ops") else "right", overflow="fold")
-    for k, g in enumerate(plan.cost.groups):
-        if g.kind == "view":
-            continue
-        b = g.budgets
-        table.add_row(
-            str(k), g.kind, ", ".join(g.ops), _mb(g.bytes_read), _mb(g.bytes_written),
-            f"{g.modeled_time_us:,.2f}", f"{g.roofline_time_us:,.2f}",
-            _budget(b.shared_memory, b.shared_memory_limit), _budget(b.registers, b.registers_limit),
-            _budget(b.kernel_params, b.kernel_params_limit), _budget(b.ops, b.ops_limit),
-        )
-    return table
+#: Columns of text written to a file or a pipe (``$COLUMNS`` overrides it).
+PIPED_WIDTH = 100
+#: The narrowest a wrapping text column (op lists, reasons) gets before a table turns compact.
+TEXT_MIN = 16
+
+
+def output_width() -> int:
+    """Columns to lay text out in: the terminal's, else ``$COLUMNS``, else ``PIPED_WIDTH``."""
+    return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
+
+
+def _fits(headers: list[str], rows: list[list[str]], wrapping: set[str], width: int) -> bool:
+    """Whether a table of these columns fits ``width`` with every cell of a non-wrapping
+    column on one line (rich's borders take 3 columns per column, plus one)."""
+    need = 1
+    for k, header in enumerate(headers):
+        cells = [len(str(row[k])) for row in rows]
+        need += 3 + (TEXT_MIN if header in wrapping else max([len(w) for w in header.split()] + cells))
+    return need <= width
+
+
+def table_text(title: str, layouts: list[tuple[list[str], list[list]]], wrapping: set[str], width: int,
+               left: set[str] = frozenset()) -> str:
+    """The first of ``layouts`` (``(headers, rows)``, widest first) that fits ``width``
+    as a table whose numbers are never cut or wrapped (columns in ``wrapping`` fold
+    instead); when none fits, the last as plain ``header: value`` lines."""
+    out = io.StringIO()
+    console = Console(file=out, width=width, no_color=True, highlight=False, soft_wrap=False)
+    for headers, rows in layouts:
+        if _fits(headers, rows, wrapping, width):
+            table = Table(title=title, title_justify="left")
+            for k, header in enumerate(headers):
+                longest = max([len(str(row[k])) for row in rows] + [1])
+                table.add_column(header, justify="left" if header in wrapping | left else "right",
+                                 overflow="fold", no_wrap=header not in wrapping,
+                                 min_width=TEXT_MIN if header in wrapping else longest)
+            for row in rows:
+                table.add_row(*(Text(str(cell)) for cell in row))  # Text: brackets are not markup
+            console.print(table)
+            return out.getvalue()
+    headers, rows = layouts[-1]
+    console.print(title, markup=False)
+    for row in rows:
+        line, indent = "", "  "  # a row's first line, then its continuation lines further in
+        for pair in (f"{h}: {cell}" for h, cell in zip(headers, row)):
+            if line and len(line) + 2 + len(pair) > width:  # break between fields, never inside one
+                out.write(line + "\n")
+                line, indent = "", "    "
+            if not line and 4 + len(pair) > width:  # a long text field (op names) wraps at its spaces
+                *full, last = textwrap.wrap(pair, width - 4, break_long_words=False) or [""]
+                out.writelines(f"{indent}{part}\n" for part in full)
+                line, indent = "    " + last, "    "
+            else:
+                line = f"{line}; {pair}" if line else indent + pair
+        out.write(line + "\n")
+    return out.getvalue()
+
+
+def _ops_summary(ops: tuple[str, ...]) -> str:
+    return ", ".join(ops) if len(ops) <= 3 else f"{ops[0]}, {ops[1]}, ..., {ops[-1]} ({len(ops)} ops)"
+
+
+def _over(b) -> str:
+    """The budgets a group exceeds, or ``ok``."""
+    over = [name.replace("_", " ") for name, _, _ in b.over()]
+    return "OVER " + ", ".join(over) if over else "ok"
+
+
+def _groups_table(plan: Plan, width: int) -> str:
+    kernels = [(k, g) for k, g in enumerate(plan.cost.groups) if g.kind != "view"]
+    full = (["#", "kind", "ops", "read MB", "written MB", "time us", "roofline us", "smem B", "regs", "params B",
+             "ops/cap"],
+            [[str(k), g.kind, ", ".join(g.ops), _mb(g.bytes_read), _mb(g.bytes_written), f"{g.modeled_time_us:,.2f}",
+              f"{g.roofline_time_us:,.2f}", _budget(g.budgets.shared_memory, g.budgets.shared_memory_limit),
+              _budget(g.budgets.registers, g.budgets.registers_limit),
+              _budget(g.budgets.kernel_params, g.budgets.kernel_params_limit),
+              _budget(g.budgets.ops, g.budgets.ops_limit)] for k, g in kernels])
+    compact = (["#", "kind", "ops", "MB", "time us", "budgets"],
+               [[str(k), g.kind, _ops_summary(g.ops), _mb(g.bytes), f"{g.modeled_time_us:,.2f}", _over(g.budgets)]
+                for k, g in kernels])
+    title = f"Fusion groups of the {plan.strategy} plan (times {_MODELLED})"
+    return table_text(title, [full, compact], {"ops"}, width, {"kind", "budgets"})
 
 
 def _tiling_lines(plan: Plan) -> list[str]:
@@ -110,28 +178,26 @@ def ilp_advantage(plans: list[Plan], among: tuple[str, ...] = HEURISTICS) -> dic
             "saving": 1 - ilp_us / best_us if best_us else 0.0}
 
 
-def comparison_table(plans: list[Plan]) -> Table:
+def comparison_table(plans: list[Plan], width: int = PIPED_WIDTH) -> str:
     """Side-by-side totals of several strategies' plans for one graph; with an ilp
     plan, each plan's time relative to it."""
     base = next((p for p in plans if p.strategy == "none"), plans[0])
     ilp = next((p for p in plans if p.strategy == "ilp"), None)
-    table = Table(
-        title=f"Strategies compared (bytes and times {_MODELLED}; plan time {_MEASURED})", title_justify="left"
-    )
-    columns = ["strategy", "launches", "read MB", "written MB", "time us", "vs none"]
-    columns += ["vs ilp"] if ilp is not None else []
-    columns += ["plan time s", "status", "gap"]
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("strategy", "status") else "right")
+    headers = ["strategy", "launches", "read MB", "written MB", "time us", "vs none"]
+    headers += ["vs ilp"] if ilp is not None else []
+    headers += ["plan time s", "status", "gap"]
+    rows = []
     for p in plans:
         c = p.cost
         row = [p.strategy, str(c.launches), _mb(c.bytes_read), _mb(c.bytes_written), f"{c.modeled_time_us:,.1f}",
                f"{base.cost.modeled_time_us / c.modeled_time_us:.2f}x" if c.modeled_time_us else "-"]
         if ilp is not None:
             row.append(f"{c.modeled_time_us / ilp.cost.modeled_time_us:.3f}x" if ilp.cost.modeled_time_us else "-")
-        row += [f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p)]
-        table.add_row(*row)
-    return table
+        rows.append(row + [f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p)])
+    keep = [k for k, h in enumerate(headers) if h not in ("read MB", "written MB", "vs none", "plan time s")]
+    compact = ([headers[k] for k in keep], [[row[k] for k in keep] for row in rows])
+    title = f"Strategies compared (bytes and times {_MODELLED}; plan time {_MEASURED})"
+    return table_text(title, [(headers, rows), compact], set(), width, {"strategy", "status"})
 
 
 def advantage_lines(plans: list[Plan]) -> list[str]:
@@ -150,12 +216,13 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
                 width: int | None = None) -> str:
     """The plan as text: header, per-group table (``detailed``), totals, and the
     comparison table when ``comparison`` is given."""
+    width = width or output_width()
     out = io.StringIO()
-    console = Console(file=out, width=width or 200, no_color=True, highlight=False, soft_wrap=False)
+    console = Console(file=out, width=width, no_color=True, highlight=False, soft_wrap=False)
     for line in _header(plan):
         console.print(line, markup=False)
     if detailed:
-        console.print(_groups_table(plan))
+        out.write(_groups_table(plan, width))
     else:
         for k, g in enumerate(plan.cost.groups):
             if g.kind != "view":
@@ -167,7 +234,7 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
         console.print(views, markup=False)
     console.print(_totals_line(plan), markup=False)
     if comparison:
-        console.print(comparison_table(comparison))
+        out.write(comparison_table(comparison, width))
         for line in advantage_lines(comparison):
             console.print(line, markup=False)
     return out.getvalue()
@@ -191,35 +258,26 @@ def json_report(plan: Plan, comparison: list[Plan] | None = None) -> dict:
     return data
 
 
-def resource_table(rows: list[dict], width: int = 200) -> str:
+def resource_table(rows: list[dict], width: int = PIPED_WIDTH) -> str:
     """A backend's :meth:`~backends.base.Backend.resources` rows as a text table: what
     the compiler measured beside the cost model's estimates."""
     arch = rows[0]["arch"] if rows else ""
-    table = Table(title=f"Kernels compiled by nvcc for {arch}: ptxas figures (measured by the compiler) "
-                        "beside the cost model's estimates", title_justify="left")
-    for column in ("group", "kind", "kernel", "regs ptxas", "regs est.", "spill B", "smem B", "smem est. B",
-                   "status"):
-        table.add_column(column, justify="left" if column in ("kind", "kernel", "status") else "right")
-    for row in rows:
-        table.add_row(str(row["group"]), row["kind"], row["kernel"], str(row["registers"]),
-                      str(row["registers_estimate"]), str(row["spill_bytes"]), str(row["shared_memory"]),
-                      str(row["shared_memory_estimate"]), row["status"])
-    out = io.StringIO()
-    Console(file=out, width=width, no_color=True, highlight=False).print(table)
-    return out.getvalue()
+    headers = ["group", "kind", "kernel", "regs ptxas", "regs est.", "spill B", "smem B", "smem est. B", "status"]
+    cells = [[str(r["group"]), r["kind"], r["kernel"], str(r["registers"]), str(r["registers_estimate"]),
+              str(r["spill_bytes"]), str(r["shared_memory"]), str(r["shared_memory_estimate"]), r["status"]]
+             for r in rows]
+    title = (f"Kernels compiled by nvcc for {arch}: ptxas figures (measured by the compiler) beside the cost "
+             "model's estimates")
+    return table_text(title, [(headers, cells)], set(), width, {"kind", "kernel", "status"})
 
 
-def explain_text(explanations: list, a: str, b: str, width: int = 200) -> str:
+def explain_text(explanations: list, a: str, b: str, width: int = PIPED_WIDTH) -> str:
     """``--explain``: per strategy, whether ``a`` and ``b`` share a group and why not
     (``explain.Explanation``; deltas modelled)."""
-    table = Table(title=f"Do '{a}' and '{b}' share a kernel? (times {_MODELLED})", title_justify="left")
-    for column in ("strategy", "verdict", "groups", "why"):
-        table.add_column(column, overflow="fold", no_wrap=column != "why")
+    rows = []
     for e in explanations:
         groups = f"{e.groups[0]}" if e.groups[0] == e.groups[1] else f"{e.groups[0]}, {e.groups[1]}"
-        why = f"[{e.reason}] {e.message}" if e.reason else e.message
-        table.add_row(e.strategy, e.verdict, groups, Text(why))  # Text: brackets are not markup
-    out = io.StringIO()
-    Console(file=out, width=width, no_color=True, highlight=False).print(table)
-    return out.getvalue()
-
+        rows.append([e.strategy, e.verdict, groups, f"[{e.reason}] {e.message}" if e.reason else e.message])
+    title = f"Do '{a}' and '{b}' share a kernel? (times {_MODELLED})"
+    return table_text(title, [(["strategy", "verdict", "groups", "why"], rows)], {"why"}, width,
+                      {"strategy", "verdict"})

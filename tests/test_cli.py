@@ -6,14 +6,15 @@ import json
 
 import pytest
 
-from partitioner import cli
+from partitioner import cli, load_graph, partition
 
 from .conftest import ROOT
 
 GRAPH = str(ROOT / "graphs" / "mlp_gelu_f16.yaml")
 
 
-def test_report_shows_groups_budgets_and_comparison(capsys):
+def test_report_shows_groups_budgets_and_comparison(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # wide enough for every budget column
     assert cli.main([GRAPH, "--report"]) == 0
     out = capsys.readouterr().out
     for text in ("Fusion groups of the ilp plan", "contraction", "smem B", "regs", "params B",
@@ -100,3 +101,16 @@ def test_report_with_a_strategy_outside_the_default_comparison(capsys):
     assert cli.main([GRAPH, "--report", "--strategy", "tvm", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["strategy"] == "tvm" and [c["strategy"] for c in data["comparison"]][-1] == "tvm"
+
+
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 200])
+def test_reports_fit_any_width_and_never_cut_a_number(width, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert cli.main([GRAPH, "--report", "--compare"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width
+    assert "…" not in out
+    plan = partition(load_graph(GRAPH), "ilp")
+    for group in plan.cost.groups:
+        if group.kind != "view":
+            assert f"{group.modeled_time_us:,.2f}" in out  # each group's time, whole, on one line

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from partitioner import cli, load_graph, partition
-from partitioner.draw import draw
+from partitioner.draw import draw, to_dot
 
 from .conftest import ROOT
 
@@ -62,7 +63,7 @@ def test_draw_svg_clusters_are_the_plans_kernels(tmp_path):
     graph = load_graph(BLOCK)
     plan = partition(graph, "ilp")
     out = tmp_path / "plan.svg"
-    assert cli.main([str(BLOCK), "--strategy", "ilp", "--draw", str(out)]) == 0
+    assert cli.main([str(BLOCK), "--strategy", "ilp", "--draw", str(out), "--draw-view", "ops"]) == 0
     assert out.stat().st_size > 10_000
     kernels = [{f"op{graph.index[n]}" for n in g.ops} for g in plan.cost.groups if g.kind != "view"]
     drawn = clusters_from_svg(out)
@@ -101,3 +102,21 @@ def test_draw_without_dot_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
 def test_draw_unknown_suffix_exits_2(tmp_path, capsys):
     assert cli.main([str(ROOT / "graphs" / "softmax_f16.yaml"), "--draw", str(tmp_path / "p.pdf")]) == 2
     assert ".svg, .png or .dot" in capsys.readouterr().err
+
+
+def test_large_plans_draw_one_node_per_kernel_with_a_legend():
+    plan = partition(load_graph(BLOCK), "ilp")  # 231 ops: past the op view's limit
+    source = to_dot(plan).source
+    kernels = [k for k, g in enumerate(plan.cost.groups) if g.kind != "view"]
+    assert sorted(int(m) for m in re.findall(r"^\s*k(\d+) \[", source, re.M)) == kernels
+    assert "cluster_" not in source and "one node per kernel (231 ops)" in source
+    assert "kernel kinds" in source and "attention" in source  # the legend names the kinds drawn
+    assert "op0" in to_dot(plan, "ops").source and "kernel kinds" in to_dot(plan, "ops").source
+
+
+@needs_dot
+def test_the_kernel_view_of_gpt2_is_a_picture_a_screen_can_hold(tmp_path):
+    out = draw(partition(load_graph(BLOCK), "ilp"), tmp_path / "plan.png")
+    width, height = struct.unpack(">II", out.read_bytes()[16:24])
+    assert height < 3000 and width < 2000  # the op view was 1145 x 12148 px
+
