@@ -41,12 +41,15 @@ SHORT_ROW = 128
 ROWS_PER_WARP_BLOCK = REDUCTION_THREADS // WARP
 # Attention (templates/attention.cu.j2, FlashAttention-2): a block of ATTN_WARPS warps
 # takes ATTN_BLOCK_M = 16 query rows per warp and streams the keys ATTN_BLOCK_N at a
-# time; Q, K and V tiles live in shared memory with ATTN_ROW_PAD extra elements per row
-# (rows then start 4 banks apart: fragment loads are free of bank conflicts). The head
-# dims are padded to the mma shape m16n8k16: D to 16, Dv to 8.
+# time: 64, or 32 where the output accumulator already holds many registers (head dims
+# over 128) or the products run on CUDA cores (float32). Q, K and V tiles live in shared
+# memory with ATTN_ROW_PAD extra elements per row (rows then start 4 banks apart:
+# fragment loads are free of bank conflicts). The head dims are padded to the mma
+# shape m16n8k16: D to 16, Dv to 8.
 ATTN_WARPS = 4
 ATTN_BLOCK_M = 16 * ATTN_WARPS
-ATTN_BLOCK_N = {"float16": 64, "bfloat16": 64, "float32": 32}
+ATTN_BLOCK_N, ATTN_BLOCK_N_NARROW = 64, 32
+ATTN_WIDE_HEAD = 128
 ATTN_ROW_PAD = 8
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
@@ -138,7 +141,7 @@ def attention_tiling(group: Group) -> AttentionTiling:
     """The :class:`AttentionTiling` of a legal attention group."""
     p = pair(group.graph, *contraction_pair(group))
     d_pad, dv_pad = -(-p.d // 16) * 16, -(-p.dv // 8) * 8
-    block_n = ATTN_BLOCK_N[p.dtype]
+    block_n = ATTN_BLOCK_N_NARROW if p.dtype == "float32" or dv_pad > ATTN_WIDE_HEAD else ATTN_BLOCK_N
     rows = ATTN_BLOCK_M * (d_pad + ATTN_ROW_PAD) + block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD)
     return AttentionTiling(ATTN_BLOCK_M, block_n, d_pad, dv_pad, -(-p.sq // ATTN_BLOCK_M), -(-p.sk // block_n),
                            WARP * ATTN_WARPS, rows * itemsize(p.dtype))
@@ -355,11 +358,10 @@ def registers(group: Group) -> int:
     per lane), two sets of scores of one key tile (the products and the values
     computed from them, ``2·16·BN/32``), one A and one B fragment (6 registers for
     half types, 12 for float32) and a running maximum, sum and rescale factor for
-    each of its lane's two rows (6). Float32 products run on CUDA cores with their
-    operands exchanged by shuffles, which keeps ``32 + 16·Dv/32`` more in flight
-    (shuffled operands, and partial sums beside the accumulator).
-    (Calibrated against ptxas for sm_80 and sm_90, head dims 32 to 256: the
-    estimate is at or above ptxas' count for every one of them.)
+    each of its lane's two rows (6). (Checked against ptxas for sm_80 and sm_90 at
+    head dims 32 to 256, float16 and float32, with masks, written probabilities and
+    epilogues: up to head dim 128 the estimate is at or above ptxas' count; at 256
+    ptxas takes registers up to the cap of two blocks per SM, 255, without spilling.)
     """
     if group.kind == "view":
         return 0
@@ -369,5 +371,5 @@ def registers(group: Group) -> int:
     elif group.kind == "attention":
         tiling = attention_tiling(group)
         count += (16 * tiling.dv_pad + 2 * 16 * tiling.block_n) // WARP + 6
-        count += 12 + 32 + 16 * tiling.dv_pad // WARP if _operand_bytes(group) == 4 else 6
+        count += 12 if _operand_bytes(group) == 4 else 6
     return count

@@ -157,7 +157,8 @@ PART_DEV int part_frag_c_col(int t, int i) { return 2 * t + (i & 1); }
 
 #ifdef PARTITION_EMULATOR
 // The emulator gathers the warp's fragments and computes this lane's four outputs,
-// products and sums in float32, k ascending, starting from c.
+// products and sums in float32, k ascending, starting from c (half types: the float32
+// product below is plain CUDA and runs on the emulator as it is).
 template <class T> PART_DEV void part_mma(float c[4], const part_frag_a<T>& a, const part_frag_b<T>& b) {
   struct Both { part_frag_a<T> a; part_frag_b<T> b; };
   Both mine{a, b}, all[32];
@@ -192,21 +193,27 @@ PART_DEV void part_mma(float c[4], const part_frag_a<__nv_bfloat16>& a, const pa
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
 }
-// float32: each lane fetches the A rows and B columns of its outputs by shuffles.
-PART_DEV void part_mma(float c[4], const part_frag_a<float>& a, const part_frag_b<float>& b) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const int owner = (k & 7) >> 1, hi = k >> 3, odd = k & 1;  // the lane column and element holding k
-    const float a0 = __shfl_sync(0xffffffffu, a.x[4 * hi + odd], 4 * g + owner);
-    const float a1 = __shfl_sync(0xffffffffu, a.x[4 * hi + 2 + odd], 4 * g + owner);
-    const float b0 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t) + owner);
-    const float b1 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t + 1) + owner);
-    c[0] += a0 * b0;
-    c[1] += a0 * b1;
-    c[2] += a1 * b0;
-    c[3] += a1 * b1;
-  }
-}
 #endif
 
+// float32: each lane fetches the A rows and B columns of its outputs by shuffles. The lane
+// column `owner` holding k runs as a loop (not unrolled), so only eight shuffled values are
+// in flight at a time: the register budget of the kernels around it stays small.
+PART_DEV void part_mma(float c[4], const part_frag_a<float>& a, const part_frag_b<float>& b) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll 1
+  for (int owner = 0; owner < 4; ++owner) {
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+      for (int odd = 0; odd < 2; ++odd) {  // k = 8 * hi + 2 * owner + odd
+        const float a0 = __shfl_sync(0xffffffffu, a.x[4 * hi + odd], 4 * g + owner);
+        const float a1 = __shfl_sync(0xffffffffu, a.x[4 * hi + 2 + odd], 4 * g + owner);
+        const float b0 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t) + owner);
+        const float b1 = __shfl_sync(0xffffffffu, b.x[2 * hi + odd], 4 * (2 * t + 1) + owner);
+        c[0] += a0 * b0;
+        c[1] += a0 * b1;
+        c[2] += a1 * b0;
+        c[3] += a1 * b1;
+      }
+  }
+}

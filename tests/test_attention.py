@@ -134,16 +134,21 @@ def test_epilogue_rules():
 @pytest.mark.parametrize("spec,code", [
     (dict(dtype="float64"), "attention.dtype"),
     (dict(d=320, dtype="bfloat16"), "attention.head_dim"),
-    (dict(d=256, dtype="float32"), "budget.registers"),  # float32 products need more than 255 registers
 ])
-def test_dtypes_head_dims_and_budgets(spec, code):
+def test_dtypes_and_head_dims(spec, code):
     g = attention(sq=8, sk=8, **spec)
     assert reason(g, list(g.ops)) == code
 
 
-def test_head_dims_that_fit():
-    for fits in (attention(d=256, sq=8, sk=8, dtype="bfloat16"), attention(d=128, sq=8, sk=8, dtype="float32")):
-        evaluate(fits, [list(fits.ops)])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_head_dim_256_fits_and_budgets_still_bind(dtype):
+    g = attention(d=256, sq=8, sk=8, dtype=dtype)
+    group = evaluate(g, [list(g.ops)]).groups[0]
+    assert group.kind == "attention" and group.budgets.registers <= 255
+    assert group.tiling.block_n == 32  # a wide accumulator leaves room for half the key tile
+    with pytest.raises(IllegalPlan) as info:
+        evaluate(g, [list(g.ops)], max_ops=4)
+    assert info.value.reason == "budget.ops" and (info.value.used, info.value.limit) == (len(group.group.compute), 4)
 
 
 def test_two_attentions_or_three_contractions_never_share_a_group():
@@ -294,6 +299,6 @@ def test_report_json_and_drawing_show_the_attention_tiling():
     assert (tiling["block_m"], tiling["block_n"], tiling["d_pad"], tiling["q_tiles"], tiling["k_tiles"]) == \
         (64, 64, 80, 4, 3)
     assert "attention #0: 64x64 tiles (query rows x keys), head dims 80/80 padded, 4 warps, 4 query tile(s) per " \
-           "head, 3 K/V tile(s) streamed per block" in text_report(plan)
+           "head, 3 K/V tile(s) streamed per block" in text_report(plan, width=200)
     source = to_dot(plan).source
     assert "#0 attention" in source and "64x64 tiles, 3 K/V tile(s) per block" in source

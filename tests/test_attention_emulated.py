@@ -60,7 +60,7 @@ def test_sequence_lengths(sq, sk):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
-@pytest.mark.parametrize("d", [32, 64, 80, 128])
+@pytest.mark.parametrize("d", [32, 64, 80, 128, 256])
 def test_head_dims_and_dtypes(d, dtype):
     run(attention(d=d, dtype=dtype, sq=33, sk=47))
 
