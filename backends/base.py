@@ -82,15 +82,51 @@ class Backend(ABC):
 
 
 def available() -> list[str]:
-    """Names of the installed backends."""
+    """Names of the installed backends (entry points in the ``partitioner.backends`` group).
+
+    Returns
+    -------
+    list of str
+        Sorted names, each accepted by :func:`load_backend`.
+
+    Examples
+    --------
+    >>> available()
+    ['cuda', 'numpy']
+    """
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
 def load_backend(name: str, **options) -> Backend:
-    """An instance of the backend registered as ``name``; ``options`` go to its constructor.
+    """An instance of the backend registered as ``name``.
 
-    Raises:
-        BackendError: no backend of that name is installed.
+    Parameters
+    ----------
+    name : str
+        A name from :func:`available`.
+    **options
+        Passed to the backend's constructor (the CUDA backend takes ``arch`` and
+        ``emulate``; ``docs/backends.md``).
+
+    Returns
+    -------
+    Backend
+        Renders a plan (:meth:`Backend.render`), builds and runs it, and reports the
+        resources its kernels use.
+
+    Raises
+    ------
+    BackendError
+        No backend of that name is installed.
+
+    Examples
+    --------
+    >>> type(load_backend("numpy")).__name__
+    'NumpyBackend'
+    >>> load_backend("tpu")
+    Traceback (most recent call last):
+    ...
+    backends.base.BackendError: unknown backend 'tpu'; installed: cuda, numpy
     """
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not found:

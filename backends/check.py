@@ -88,23 +88,64 @@ def output_value(graph: Graph, storages: dict[str, np.ndarray], tensor: str) -> 
 
 def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
                   inputs: dict[str, np.ndarray] | None = None) -> list[OutputCheck]:
-    """Run ``plan`` on ``backend`` with ``inputs`` (seeded random values for those not
-    given) and compare every graph output with :func:`partitioner.run_reference`.
+    """Run ``plan`` on ``backend`` and check every graph output against the reference.
 
-    Raises:
-        BackendError: the graph has a custom op (no semantics), or the backend cannot run.
+    The reference is :func:`partitioner.run_reference`, the unfused NumPy
+    execution; tolerances are per dtype (``docs/backends.md``).
+
+    Parameters
+    ----------
+    plan : Plan
+        From :func:`partitioner.partition`.
+    backend : Backend
+        From :func:`backends.base.load_backend`.
+    seed : int
+        The seed for the inputs not given.
+    inputs : dict of str to numpy.ndarray, optional
+        Values for graph inputs.
+
+    Returns
+    -------
+    list of OutputCheck
+        One per graph output: the largest absolute and relative errors, the
+        dtype whose tolerance applied, and whether it passed (``ok``).
+
+    Raises
+    ------
+    BackendError
+        The graph has a custom op (no semantics), the reference cannot run on the
+        inputs, the tensors do not fit in memory, or the backend cannot build or run.
+
+    Examples
+    --------
+    >>> import partitioner
+    >>> from backends.base import load_backend
+    >>> g = partitioner.load_graph({"format": 1, "name": "gelu", "dtype": "float32",
+    ...                             "inputs": [{"name": "x", "shape": [64, 32]}],
+    ...                             "ops": [{"name": "y", "op": "gelu", "inputs": ["x"]}], "outputs": ["y"]})
+    >>> [(c.name, c.ok) for c in run_and_check(partitioner.partition(g, "ilp"), load_backend("numpy"))]
+    [('y', True)]
     """
     g = plan.graph
     custom = [op.name for op in g.ops.values() if op.kind == "custom"]
     if custom:
         raise BackendError(f"op '{custom[0]}' is custom and has no semantics: the plan cannot be run and checked")
-    inputs = {**random_inputs(g, seed), **(inputs or {})}
     try:
-        reference = run_reference(g, inputs)
+        inputs = {**random_inputs(g, seed), **(inputs or {})}
+        reference = _reference(g, inputs)
+        storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
+    except MemoryError:
+        need = sum(t.nbytes for t in [*g.inputs.values(), *(op.out for op in g.ops.values())])
+        raise BackendError(f"the graph's tensors ({need / 2**30:,.1f} GiB, every one held for the comparison) "
+                           "do not fit in this machine's memory: run a smaller instance of the graph") from None
+    return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
+
+
+def _reference(g: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    try:
+        return run_reference(g, inputs)
     except ValueError as exc:
         raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
-    storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
-    return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
 
 
 _PRECISION = ("bfloat16", "float16", "float32", "float64")

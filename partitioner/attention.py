@@ -375,9 +375,35 @@ def _check_score_side(g: Graph, p: Pair, side: int) -> frozenset:
 
 
 def pairs(g: Graph) -> tuple[Pair, ...]:
-    """Every pair of contractions of ``g`` that forms an attention group's core, in
-    topological order of ``C1`` (cached on the graph). ``C2`` must be reachable from
-    ``C1`` without passing another contraction, or the middle would hold three."""
+    """Every pair of contractions of ``g`` that forms an attention group's core.
+
+    ``C2`` must be reachable from ``C1`` without passing another contraction, or
+    the middle would hold three. The answer is cached on the graph.
+
+    Parameters
+    ----------
+    g : Graph
+        A loaded graph.
+
+    Returns
+    -------
+    tuple of Pair
+        In topological order of ``C1``; each names its two contractions, the
+        softmax's parts (row max, exponent, row sum, probabilities), and the
+        problem's sizes: ``batch`` (batch × heads), ``sq``, ``sk``, ``d``, ``dv``.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph
+    >>> g = load_graph("graphs/bert_base_2l_b32_s128_f16.yaml")
+    >>> [(p.c1, p.c2) for p in pairs(g)]
+    [('bmm', 'bmm_1'), ('bmm_2', 'bmm_3')]
+    >>> p = pairs(g)[0]
+    >>> p.row_max, p.row_sum, (p.batch, p.sq, p.sk, p.d, p.dv), p.dtype
+    ('_softmax:max', '_softmax:sum', (384, 128, 128, 64, 64), 'float16')
+    >>> pairs(load_graph("graphs/mlp_gelu_f16.yaml"))
+    ()
+    """
     key = "attention.pairs"
     if key not in g.cache:
         found = []

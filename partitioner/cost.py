@@ -171,7 +171,42 @@ def op_compute_seconds(group: Group, hw: Hardware) -> dict[str, float]:
 
 
 def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> GroupCost:
-    """The modelled cost and budgets of ``group`` on ``hw`` (no legality check)."""
+    """The modelled cost and budgets of ``group`` on ``hw`` (no legality check).
+
+    Modelled time is launch overhead plus bytes moved over HBM bandwidth; the
+    roofline time puts the larger of memory and compute time after the launch
+    (``docs/cost-model.md``).
+
+    Parameters
+    ----------
+    group : Group
+        A fusion group (:meth:`Group.of`).
+    hw : Hardware
+        Bandwidth (bytes/s), launch overhead (s), peak FLOP/s and the budgets' limits.
+    max_ops : int
+        The op cap reported among the budgets.
+
+    Returns
+    -------
+    GroupCost
+        Bytes read and written, launches, FLOP, ``modeled_time_us`` and
+        ``roofline_time_us`` (microseconds, modelled), the :class:`Budgets`
+        estimates and limits, the attention tiling for an attention group, and the
+        group itself.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph, load_hardware
+    >>> from partitioner.group import Group
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> c = group_cost(Group.of(g, ["h:weight_t", "h:matmul", "h", "a"]), load_hardware("h100"))
+    >>> c.kind, c.bytes_read, c.bytes_written, c.flops
+    ('contraction', 25174016, 67108864, 68786585600)
+    >>> round(c.modeled_time_us, 2), round(c.roofline_time_us, 2)
+    (28.55, 71.45)
+    >>> c.budgets.shared_memory, c.budgets.shared_memory_limit
+    (32768, 232448)
+    """
     moved = group.bytes_read + group.bytes_written
     memory_s = moved / hw.bandwidth
     launch_s = group.launches * hw.launch_overhead

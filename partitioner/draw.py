@@ -63,8 +63,32 @@ def _mb(n: int) -> str:
 
 
 def to_dot(plan: Plan, view: str = "auto"):
-    """The plan as a ``graphviz.Digraph`` (no rendering, no ``dot`` program needed), in
-    the op view or the kernel view (module docstring)."""
+    """The plan as a ``graphviz.Digraph``: no rendering, no ``dot`` program needed.
+
+    Parameters
+    ----------
+    plan : Plan
+        From :func:`partitioner.partition`.
+    view : str
+        ``ops`` (each kernel a cluster of its ops), ``kernels`` (one node per
+        kernel), or ``auto``: the op view up to ``OPS_VIEW_LIMIT`` ops.
+
+    Returns
+    -------
+    graphviz.Digraph
+        Kernels coloured by kind and labelled with their modelled time, edges that
+        cross kernels labelled with the tensor's size, and a colour legend.
+
+    Examples
+    --------
+    >>> import partitioner
+    >>> plan = partitioner.partition(partitioner.load_graph("graphs/mlp_gelu_f16.yaml"), "ilp")
+    >>> dot = to_dot(plan)
+    >>> dot.source.splitlines()[0]
+    'digraph mlp_gelu_f16 {'
+    >>> "2 kernels, 57.1 us modelled" in dot.source
+    True
+    """
     import graphviz  # imported here: only drawing needs it
 
     g = plan.graph
@@ -176,12 +200,40 @@ def check_can_draw(path: str | Path) -> None:
 
 
 def draw(plan: Plan, path: str | Path, view: str = "auto") -> Path:
-    """Write a picture of ``plan`` to ``path`` (``.svg``, ``.png`` or ``.dot``) and return it;
-    ``view`` is ``auto``, ``ops`` or ``kernels`` (module docstring).
+    """Write a picture of ``plan`` to a file.
 
-    Raises:
-        DrawError: another suffix, ``.svg``/``.png`` without Graphviz's ``dot``
-            (:func:`check_can_draw`), or ``dot`` failing.
+    Parameters
+    ----------
+    plan : Plan
+        From :func:`partitioner.partition`.
+    path : str or Path
+        A ``.svg`` or ``.png`` file (rendered by Graphviz's ``dot`` program) or a
+        ``.dot`` file (the Graphviz source; no program needed).
+    view : str
+        ``auto``, ``ops`` or ``kernels``, as for :func:`to_dot`.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    DrawError
+        Another suffix, ``.svg``/``.png`` without Graphviz's ``dot``
+        (:func:`check_can_draw`), or ``dot`` failing.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, partitioner
+    >>> plan = partitioner.partition(partitioner.load_graph("graphs/mlp_gelu_f16.yaml"), "ilp")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     draw(plan, pathlib.Path(tmp) / "mlp.dot", view="kernels").read_text().startswith("digraph mlp_gelu_f16")
+    True
+    >>> draw(plan, "mlp.pdf")
+    Traceback (most recent call last):
+    ...
+    partitioner.draw.DrawError: cannot draw to 'mlp.pdf': use a .svg, .png or .dot file
     """
     check_can_draw(path)
     path = Path(path)

@@ -58,8 +58,41 @@ class Explanation:
 def explain(plan: Plan, a: str, b: str) -> Explanation:
     """Whether ops ``a`` and ``b`` share a group in ``plan``, and if not, why.
 
-    Raises:
-        GraphError: ``a`` or ``b`` is not an op of the plan's graph.
+    The groups between them (those on a path from one to the other) are merged
+    with theirs; the merged group is judged by :func:`partitioner.legality.decide`
+    and the plan by :func:`partitioner.legality.check_acyclic`, and priced by
+    :func:`partitioner.cost.group_cost`.
+
+    Parameters
+    ----------
+    plan : Plan
+        From :func:`partitioner.partition`.
+    a, b : str
+        Op names; composites are named by their parts (``softmax:max``).
+
+    Returns
+    -------
+    Explanation
+        ``together``; ``illegal`` with a legality code (a budget with its numbers);
+        ``cycle``; or ``not cheaper``/``cheaper`` with the modelled delta in microseconds.
+
+    Raises
+    ------
+    GraphError
+        ``a`` or ``b`` is not an op of the plan's graph.
+
+    Examples
+    --------
+    >>> import partitioner
+    >>> plan = partitioner.partition(partitioner.load_graph("graphs/mlp_gelu_f16.yaml"), "ilp")
+    >>> explain(plan, "h:matmul", "a").verdict
+    'together'
+    >>> e = explain(plan, "a", "y:matmul")
+    >>> e.verdict, e.reason
+    ('illegal', 'contraction.multiple')
+    >>> e = explain(partitioner.partition(plan.graph, "none"), "h", "a")
+    >>> e.verdict, round(e.delta_us, 2)
+    ('cheaper', -41.06)
     """
     g = plan.graph
     for name in (a, b):

@@ -193,14 +193,40 @@ _PROFILE_SCHEMA = {
 
 
 def load_hardware(spec: str | Hardware) -> Hardware:
-    """A built-in profile by name (``h100``, ``h200``, ``a100``) or a profile YAML file.
+    """A hardware profile: a built-in one by name, or one read from a YAML file.
 
     A file gives every numeric field of :class:`Hardware` (or ``base: NAME`` and the
     fields it changes) and, per field it gives, a ``sources`` entry saying where the
-    number comes from.
+    number comes from (``docs/cost-model.md``).
 
-    Raises:
-        HardwareError: unknown name, unreadable or malformed file, missing field or source.
+    Parameters
+    ----------
+    spec : str or Hardware
+        ``h100``, ``h200`` or ``a100`` (any case), a ``.yaml``/``.yml``/``.json``
+        path, or a :class:`Hardware`, returned as it is.
+
+    Returns
+    -------
+    Hardware
+        Bandwidth in bytes/s, launch overhead in seconds, budgets in bytes and
+        registers, and the source of each number in ``hardware.sources``.
+
+    Raises
+    ------
+    HardwareError
+        An unknown name; an unreadable or malformed file; a missing field or source.
+
+    Examples
+    --------
+    >>> hw = load_hardware("H100")
+    >>> hw.name, hw.bandwidth, hw.launch_overhead
+    ('h100', 3350000000000.0, 1e-06)
+    >>> hw.sources["hbm_bandwidth_gb_per_s"]
+    'NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)'
+    >>> load_hardware("h300")
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.HardwareError: unknown hardware 'h300': use one of h100, h200, a100 or a .yaml profile
     """
     if isinstance(spec, Hardware):
         return spec

@@ -379,7 +379,39 @@ def _check_reduction(group: Group) -> RowStructure:
 
 
 def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> None:
-    """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget."""
+    """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget.
+
+    The rules and budgets are listed with their codes in ``docs/legality.md``; a
+    group of one compute op is always accepted by the budgets (it is a kernel
+    anyway; the report flags a lone op over one).
+
+    Parameters
+    ----------
+    group : Group
+        The candidate fusion group (:meth:`Group.of`).
+    hw : Hardware
+        Supplies the shared-memory (bytes), register (per thread) and kernel
+        parameter (bytes) limits.
+    max_ops : int
+        The cap on non-view ops per group.
+
+    Raises
+    ------
+    IllegalPlan
+        The first rule broken: ``.reason`` its code, ``.ops`` the ops involved, and
+        for a ``budget.*`` code ``.used`` and ``.limit``.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph, load_hardware
+    >>> from partitioner.group import Group
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> check_group(Group.of(g, ["h:weight_t", "h:matmul", "h", "a"]), load_hardware("h100"))
+    >>> check_group(Group.of(g, ["h", "y"]), load_hardware("h100"))
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.IllegalPlan: [group.not_convex] 'h' and 'y' share a group but the path between them leaves it through 'a'
+    """
     if not group.mask:
         raise IllegalPlan("partition.empty_group", "a group has no ops")
     g = group.graph
@@ -441,7 +473,37 @@ ACCEPTED = Decision()
 
 
 def decide(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Decision:
-    """The :class:`Decision` on ``group``: :func:`check_group` as a value."""
+    """The :class:`Decision` on ``group``: :func:`check_group` as a value.
+
+    Parameters
+    ----------
+    group : Group
+        The candidate fusion group.
+    hw : Hardware
+        Supplies the budgets' limits.
+    max_ops : int
+        The cap on non-view ops per group.
+
+    Returns
+    -------
+    Decision
+        Accepted (``reason`` is ``None``), or the rule's code, message and ops, with
+        the estimate and the limit for a budget.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph, load_hardware
+    >>> from partitioner.group import Group
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> decide(Group.of(g, ["h:weight_t", "h:matmul", "h", "a"]), load_hardware("h100")).accepted
+    True
+    >>> d = decide(Group.of(g, list(g.ops)), load_hardware("h100"))
+    >>> d.reason, d.ops
+    ('contraction.multiple', ('h:matmul', 'y:matmul'))
+    >>> d = decide(Group.of(g, list(g.ops)[:4]), load_hardware("h100"), max_ops=2)
+    >>> d.reason, d.used, d.limit
+    ('budget.ops', 4, 2)
+    """
     try:
         check_group(group, hw, max_ops)
     except IllegalPlan as error:
@@ -450,7 +512,32 @@ def decide(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Decisi
 
 
 def is_legal(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> bool:
-    """Whether ``group`` passes :func:`check_group`."""
+    """Whether ``group`` passes :func:`check_group`.
+
+    Parameters
+    ----------
+    group : Group
+        The candidate fusion group.
+    hw : Hardware
+        Supplies the budgets' limits.
+    max_ops : int
+        The cap on non-view ops per group.
+
+    Returns
+    -------
+    bool
+        ``decide(group, hw, max_ops).accepted``.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph, load_hardware
+    >>> from partitioner.group import Group
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> is_legal(Group.of(g, ["a", "y:weight_t", "y:matmul", "y"]), load_hardware("h100"))  # a GELU prologue
+    True
+    >>> is_legal(Group.of(g, list(g.ops)), load_hardware("h100"))
+    False
+    """
     return decide(group, hw, max_ops).accepted
 
 

@@ -310,14 +310,40 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
 
 
 def load_graph(source: str | os.PathLike | dict) -> Graph:
-    """Load a graph from a ``.yaml``/``.yml``/``.json`` file or from an already parsed dict.
+    """Load a graph in format v1 (``docs/graph-format.md``).
 
     Composite ops are expanded into primitives (``NAME:part``, the last named
-    ``NAME``), shapes and dtypes are inferred and checked against stated ones.
+    ``NAME``); shapes and dtypes are inferred and checked against stated ones.
 
-    Raises:
-        GraphError: one line naming the file, the op and the problem, for every
-            rejection listed in ``docs/graph-format.md``.
+    Parameters
+    ----------
+    source : str, os.PathLike or dict
+        A ``.yaml``, ``.yml`` or ``.json`` file, or a dict of the same structure.
+
+    Returns
+    -------
+    Graph
+        Ops in topological order (``graph.ops``), the producer/consumer DAG with
+        tensor sizes in bytes (``graph.dag``), inputs and outputs.
+
+    Raises
+    ------
+    GraphError
+        One line naming the file, the op and the problem, for every rejection
+        listed in ``docs/graph-format.md``.
+
+    Examples
+    --------
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> list(g.ops)
+    ['h:weight_t', 'h:matmul', 'h', 'a', 'y:weight_t', 'y:matmul', 'y']
+    >>> g.tensor("h").shape, g.tensor("h").dtype
+    ((8192, 4096), 'float16')
+    >>> load_graph({"format": 1, "name": "bad", "inputs": [{"name": "x", "shape": [4], "dtype": "float16"}],
+    ...             "ops": [{"name": "y", "op": "relu", "inputs": ["z"]}], "outputs": ["y"]})
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.GraphError: <graph>: op 'y': input 'z' names nothing (no graph input or op has that name)
     """
     if isinstance(source, dict):
         return _build(source, _Context("<graph>"), None, "graph")

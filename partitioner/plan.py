@@ -63,19 +63,43 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
              max_ops: int = DEFAULT_MAX_OPS) -> PlanCost:
     """Check ANY partition of ``graph`` and return its modelled cost.
 
-    Args:
-        graph: a loaded graph.
-        groups: a list of lists of op names; composite ops are named by the
-            primitives they expand into (``Graph.composites`` lists them).
-        hardware: a profile name or :class:`Hardware`.
-        max_ops: the per-group op cap.
+    The single judge of plans: every strategy's plan passes through it.
 
-    Returns:
-        :class:`PlanCost` with totals and per-group costs, groups in launch order.
+    Parameters
+    ----------
+    graph : Graph
+        A loaded graph.
+    groups : list of list of str
+        Op names per fusion group; composite ops are named by the primitives they
+        expand into (``Graph.composites`` lists them).
+    hardware : str or Hardware
+        A profile name, a profile file, or a :class:`Hardware`.
+    max_ops : int
+        The cap on non-view ops per group.
 
-    Raises:
-        IllegalPlan: the first broken rule (partition, group rule, budget, cycle);
-            ``.reason`` is its code and ``.ops`` the ops involved.
+    Returns
+    -------
+    PlanCost
+        Totals (bytes read and written, launches, modelled and roofline time in
+        microseconds) and one :class:`~partitioner.cost.GroupCost` per group, in launch order.
+
+    Raises
+    ------
+    IllegalPlan
+        The first rule broken (partition, group rule, budget, cycle): ``.reason``
+        is its code (``docs/legality.md``), ``.ops`` the ops involved.
+
+    Examples
+    --------
+    >>> from partitioner import load_graph
+    >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
+    >>> cost = evaluate(g, [["h:weight_t", "h:matmul", "h", "a"], ["y:weight_t", "y:matmul", "y"]])
+    >>> cost.launches, round(cost.modeled_time_us, 2)
+    (2, 57.09)
+    >>> evaluate(g, [list(g.ops)])
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.IllegalPlan: [contraction.multiple] 'h:matmul' and 'y:matmul' are both contractions and no softmax lies between them
     """
     hw = load_hardware(hardware)
     check_partition(graph, groups)

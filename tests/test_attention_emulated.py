@@ -10,6 +10,7 @@ and, tighter, with the attention bound of ``docs/backends.md``.
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import numpy as np
@@ -152,3 +153,48 @@ def test_an_onnx_exported_distilbert_fuses_its_attention_and_runs(tmp_path):
     ids = next(name for name, t in g.inputs.items() if t.dtype == "int64")  # token ids: in range
     checks = run_and_check(plan, EMULATOR, inputs={ids: np.random.default_rng(0).integers(0, 100, (2, 33))})
     assert all(c.ok for c in checks), checks
+
+
+def _softmax_chain(x):
+    """max, sub, exp, sum, div over the last axis of ``x`` (named mx, sh, ex, sm, p)."""
+    from .conftest import op
+
+    return [op("mx", "reduce_max", [x], axes=[-1], keepdims=True), op("sh", "sub", [x, "mx"]),
+            op("ex", "exp", ["sh"]), op("sm", "reduce_sum", ["ex"], axes=[-1], keepdims=True),
+            op("p", "div", ["ex", "sm"])]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_written_row_values_of_a_row_masked_everywhere_are_nan_like_the_reference(dtype):
+    """A layer that saves its row maximum, sum and log-sum (as for the backward pass):
+    a row of -inf only has E = exp(-inf - -inf) = NaN at every key, so a NaN sum; rows
+    masked in their first key tiles only are finite."""
+    from .conftest import make_graph, op
+
+    g = make_graph({"q": [3, 2, 8, 16], "k": [3, 2, 70, 16], "v": [3, 2, 70, 16], "keep": ([3, 1, 1, 70], "bool")}, [
+        op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]), op("s", "matmul", ["q", "kt"]),
+        op("x", "where", ["keep", "s", -math.inf]), *_softmax_chain("x"),
+        op("inv", "reciprocal", ["sm"]), op("lse", "log", ["sm"]), op("o", "matmul", ["p", "v"])],
+        ["o", "mx", "sm", "inv", "lse"], dtype=dtype)
+    keep = np.ones((3, 1, 1, 70), bool)
+    keep[0] = False          # every key
+    keep[1, ..., :40] = False  # the first key tile and more: the running maximum starts at -inf
+    got, reference = run(g, {"keep": keep})
+    for out in ("sm", "inv", "lse", "o"):
+        assert np.isnan(reference[out][0]).all() and np.isnan(got[out][0]).all(), out
+        assert np.isfinite(got[out][1:]).all(), out
+    assert (got["mx"][0] == -np.inf).all()
+
+
+def test_a_row_maximum_stated_in_a_narrower_dtype_rescales_with_the_rounded_maximum():
+    """E is exp(x - round(max)): the online rescale between key tiles must use the
+    rounded maxima too, or keys of earlier tiles are weighted wrongly (scores scaled by
+    8 so that the maximum grows across tiles)."""
+    from .conftest import make_graph, op
+
+    chain = _softmax_chain("s")
+    chain[0]["dtype"] = "bfloat16"
+    g = make_graph({"q": [1, 2, 40, 32], "k": [1, 2, 200, 32], "v": [1, 2, 200, 32]}, [
+        op("qs", "mul", ["q", 8.0]), op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]),
+        op("s", "matmul", ["qs", "kt"]), *chain, op("o", "matmul", ["p", "v"])], ["o"])
+    run(g)  # within the float32 attention bound

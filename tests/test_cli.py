@@ -53,6 +53,21 @@ def test_bad_hardware_exits_2_with_one_line(capsys, args):
     assert err.count("\n") == 1 and "hardware" in err.lower()
 
 
+def test_a_graph_too_large_to_run_here_exits_2_with_its_size(capsys, monkeypatch):
+    """--run holds every tensor of the graph for the comparison; when NumPy cannot
+    allocate them the answer says so in one line (the 2^31-row attention graph of the
+    new-user report needed 352 GiB)."""
+    from backends import check
+
+    def no_memory(*_args, **_kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(check, "run_reference", no_memory)
+    assert cli.main([GRAPH, "--run", "--backend", "numpy"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "GiB" in err and "do not fit in this machine's memory" in err
+
+
 def test_bad_arguments_exit_2():
     with pytest.raises(SystemExit) as info:
         cli.main([GRAPH, "--time-limit", "0"])

@@ -397,3 +397,38 @@ def test_a_crashing_kernel_is_named_with_its_signal_and_thread():
     assert "killed by SIGSEGV" in message and "invalid memory access" in message
     assert f"group 0 (contraction: e, r, t, ...), kernel {kernel.name}" in message
     assert "in block (0,0,0) thread (" in message
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_tile_kernels_loop_when_their_tiles_outnumber_the_grid(monkeypatch, dtype):
+    """More output tiles than the grid's x limit (2^31 - 1: a 6M-row conv, a batch of
+    65536 products, a 2^31-row attention) is no reason to fail: the blocks loop over
+    the tiles. The limit is lowered to 3 blocks so that each block takes several tiles
+    of a batched product with an epilogue, a grouped conv and an attention layer."""
+    from backends.cuda.kernels import common
+
+    from .attention_graphs import attention
+
+    monkeypatch.setattr(common, "MAX_GRID_X", 3)
+    graphs = [
+        make_graph({"a": [5, 70, 40], "b": [5, 40, 150], "r": [5, 70, 150]},
+                   [op("mm", "matmul", ["a", "b"]), op("y", "add", ["mm", "r"])], ["y"], dtype=dtype),
+        make_graph({"x": [2, 4, 9, 11], "w": [6, 2, 3, 3]}, [op("c", "conv2d", ["x", "w"], groups=2, pads=[1, 1, 1, 1]),
+                                                            op("y", "relu", ["c"])], ["y"], dtype=dtype),
+        attention(batch=2, heads=3, sq=130, sk=70, dtype=dtype),
+    ]
+    for g in graphs:
+        plan = partition(g, "ilp")
+        kernels = render(plan).kernels
+        tiled = [k for k in kernels if k.kind in ("contraction", "attention")]
+        assert tiled and all(k.grid == (3, 1, 1) and "gridDim.x" in k.source for k in tiled), \
+            [(k.kind, k.grid) for k in kernels]
+        check(g, strategies=("ilp",))
+
+
+def test_an_attention_layer_of_two_billion_query_tiles_renders_at_the_grid_limit():
+    g = make_graph({"q": [2**31, 1, 8], "k": [2**31, 2, 8], "v": [2**31, 2, 8]}, [
+        op("kt", "transpose", ["k"], perm=[0, 2, 1]), op("s", "matmul", ["q", "kt"]), op("p", "softmax", ["s"]),
+        op("o", "matmul", ["p", "v"])], ["o"], dtype="float16")
+    (kernel,) = render(partition(g, "ilp")).kernels
+    assert kernel.kind == "attention" and kernel.grid == (2**31 - 1, 1, 1) and "gridDim.x" in kernel.source

@@ -114,11 +114,27 @@ def bundle(kernels: list[Kernel]) -> str:
 
 
 def compile_kernels(kernels: list[Kernel], arch: str = DEFAULT_ARCH) -> Compiled:
-    """Compile ``kernels`` for ``arch`` (e.g. ``sm_90``) into one cubin, from the cache
-    when the same sources, header, flags and nvcc were compiled before.
+    """Compile ``kernels`` into one cubin, from the cache when compiled before.
 
-    Raises:
-        CompileError: nvcc is not installed or fails (the full log is kept in the cache).
+    The cache key is the sources, the runtime header, the flags and nvcc's version.
+
+    Parameters
+    ----------
+    kernels : list of Kernel
+        Rendered kernels; identical ones are compiled once.
+    arch : str
+        The target, e.g. ``sm_90``.
+
+    Returns
+    -------
+    Compiled
+        The cubin's path and each kernel's registers, spills and static shared
+        memory, as ptxas reports them.
+
+    Raises
+    ------
+    CompileError
+        nvcc is not installed or fails (the full log is kept in the cache).
     """
     if nvcc() is None:
         raise CompileError("nvcc is not on the PATH; install the CUDA toolkit to compile kernels")

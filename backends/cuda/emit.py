@@ -31,13 +31,30 @@ def _earlier_files(path: Path) -> list[str]:
 
 
 def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list[Path]:
-    """Write the kernels of ``rendered`` into ``out`` (created if missing) and return
-    the files written. A directory that already holds files is only reused when it
-    holds an earlier ``manifest.json`` of this tool, whose files are replaced. The
-    manifest gives each kernel's nvcc command line for ``arch``.
+    """Write the kernels of ``rendered`` into a directory, with a ``manifest.json``.
 
-    Raises:
-        EmitError: ``out`` is a file, or a non-empty directory without a manifest.
+    A directory that already holds files is only reused when it holds an earlier
+    ``manifest.json`` of this tool, whose files are replaced. The manifest gives
+    each kernel's nvcc command line for ``arch``.
+
+    Parameters
+    ----------
+    rendered : Rendered
+        From the CUDA backend's ``render``.
+    out : str or Path
+        The directory; created if missing.
+    arch : str
+        The target, e.g. ``sm_90``.
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    EmitError
+        ``out`` is a file, or a non-empty directory without a manifest.
     """
     path = Path(out)
     if path.exists() and not path.is_dir():

@@ -124,14 +124,26 @@ def failure_message(returncode: int, stderr: str) -> str:
 
 
 def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run every kernel of ``rendered`` on the emulator.
+    """Run every kernel of ``rendered`` on the emulator (``docs/backends.md``).
 
-    Args:
-        storages: values of the storages the kernels read and no kernel writes
-            (graph inputs, and custom ops' results), by storage name.
+    Parameters
+    ----------
+    rendered : Rendered
+        From the CUDA backend's ``render``.
+    storages : dict of str to numpy.ndarray
+        Values of the storages the kernels read and no kernel writes (graph
+        inputs, and custom ops' results), by storage name.
 
-    Returns:
-        Storage name -> array for every storage a kernel writes.
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Every storage a kernel writes, by name.
+
+    Raises
+    ------
+    EmulatorError
+        g++ is missing, the build fails, or a kernel faults (the message names the
+        kernel and the access).
     """
     g = rendered.plan.graph
     files = _files(rendered)

@@ -31,11 +31,29 @@ Operand = str | int | float
 
 
 def extra(name: str):
-    """The importer module for the optional extra ``name`` (``onnx`` or ``torch``),
-    imported only now, so that ``import partitioner`` never imports a framework.
+    """Import the importer module of an optional extra, only now.
 
-    Raises:
-        ImportError: the extra is not installed (the message says how to install it).
+    So that ``import partitioner`` never imports a framework.
+
+    Parameters
+    ----------
+    name : str
+        ``onnx`` or ``torch``.
+
+    Returns
+    -------
+    module
+        :mod:`partitioner.importers.onnx` or :mod:`partitioner.importers.torch`.
+
+    Raises
+    ------
+    ImportError
+        The extra is not installed (the message says how to install it).
+
+    Examples
+    --------
+    >>> extra("onnx").__name__
+    'partitioner.importers.onnx'
     """
     try:
         return importlib.import_module(f"{__name__}.{name}")

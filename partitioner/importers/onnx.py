@@ -42,12 +42,32 @@ _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str, str | None]:
-    """(model, label for messages, directory of external data) from a path or a ModelProto.
+    """Read an ONNX model from a path, or take a ``ModelProto`` as it is.
 
     External tensor data is not loaded: weights' values are never needed.
 
-    Raises:
-        GraphError: the file is missing or is not an ONNX model.
+    Parameters
+    ----------
+    source : str, os.PathLike or onnx.ModelProto
+        A ``.onnx`` file or a loaded model.
+
+    Returns
+    -------
+    tuple
+        The model, its label for messages (the path, or ``<onnx>``), and the
+        directory of its external data (``None`` for a ``ModelProto``).
+
+    Raises
+    ------
+    GraphError
+        The file is missing or is not an ONNX model.
+
+    Examples
+    --------
+    >>> read("missing.onnx")
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.GraphError: missing.onnx: no such file
     """
     if isinstance(source, onnx.ModelProto):
         return source, "<onnx>", None
@@ -62,11 +82,41 @@ def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
 
 
 def bind_dims(model: onnx.ModelProto, dims: dict[str, int], label: str) -> onnx.ModelProto:
-    """A copy of ``model`` whose graph inputs have every dynamic dimension bound.
+    """Bind every dynamic dimension of the graph inputs, in a copy of ``model``.
 
-    Raises:
-        GraphError: a dimension with a name ``dims`` does not bind, one without a
-            name, or a name in ``dims`` that no input has.
+    Parameters
+    ----------
+    model : onnx.ModelProto
+        The model; it is not changed.
+    dims : dict of str to int
+        A value for each named dynamic dimension.
+    label : str
+        Names the model in messages.
+
+    Returns
+    -------
+    onnx.ModelProto
+        The copy, its inputs' shapes static.
+
+    Raises
+    ------
+    GraphError
+        A dimension with a name ``dims`` does not bind, one without a name, or a
+        name in ``dims`` that no input has.
+
+    Examples
+    --------
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])
+    >>> model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "tiny", [x], [y]))
+    >>> bound = bind_dims(model, {"batch": 8}, "tiny.onnx")
+    >>> [d.dim_value for d in bound.graph.input[0].type.tensor_type.shape.dim]
+    [8, 16]
+    >>> bind_dims(model, {}, "tiny.onnx")
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.GraphError: tiny.onnx: input 'x' has the dynamic dimension 'batch' (axis 0); bind it with --dim batch=VALUE
     """
     model = onnx.ModelProto.FromString(model.SerializeToString())
     initializers = {t.name for t in model.graph.initializer}
@@ -93,16 +143,37 @@ def bind_dims(model: onnx.ModelProto, dims: dict[str, int], label: str) -> onnx.
 
 def convert(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | None = None,
             name: str | None = None) -> ImportResult:
-    """An ONNX model as a format-v1 graph dict (not yet loaded).
+    """Convert an ONNX model to a format-v1 graph dict (not yet loaded).
 
-    Args:
-        source: a ``.onnx`` path or a ``ModelProto``.
-        dims: values for the model's named dynamic dimensions.
-        name: the graph's name (default: the file's stem, or the ONNX graph's name).
+    Parameters
+    ----------
+    source : str, os.PathLike or onnx.ModelProto
+        A ``.onnx`` file or a loaded model.
+    dims : dict of str to int, optional
+        Values for the model's named dynamic dimensions.
+    name : str, optional
+        The graph's name (default: the file's stem, or the ONNX graph's name).
 
-    Raises:
-        GraphError: an unreadable model, an unbound or unknown dimension, a tensor
-            of a dtype format v1 lacks, or a custom op whose shape is unknown.
+    Returns
+    -------
+    ImportResult
+        The graph dict (``.graph``) and the import summary (``.summary``).
+
+    Raises
+    ------
+    GraphError
+        An unreadable model, an unbound or unknown dimension, a tensor of a dtype
+        format v1 lacks, or a custom op whose shape is unknown.
+
+    Examples
+    --------
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 16])
+    >>> model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "tiny", [x], [y]))
+    >>> result = convert(model, {"batch": 8})
+    >>> result.graph["ops"]
+    [{'name': 'y', 'op': 'relu', 'inputs': ['x'], 'shape': [8, 16], 'dtype': 'float32'}]
     """
     model, label, base_dir = read(source)
     model = bind_dims(model, dict(dims or {}), label)

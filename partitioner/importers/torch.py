@@ -40,10 +40,30 @@ SOURCE = f"torch.export core ATen (torch {torch.__version__})"
 
 
 def program_of(source: ExportedProgram | torch.nn.Module, example_inputs=None) -> ExportedProgram:
-    """``source`` itself, or ``torch.export.export(source, tuple(example_inputs))`` for a module.
+    """Return ``source`` itself, or ``torch.export.export(source, tuple(example_inputs))`` for a module.
 
-    Raises:
-        GraphError: a module without example inputs, or something else entirely.
+    Parameters
+    ----------
+    source : torch.export.ExportedProgram or torch.nn.Module
+        The program, or the module to export.
+    example_inputs : tuple of torch.Tensor, optional
+        Required for a module.
+
+    Returns
+    -------
+    torch.export.ExportedProgram
+        The program.
+
+    Raises
+    ------
+    GraphError
+        A module without example inputs, or something else entirely.
+
+    Examples
+    --------
+    >>> program = program_of(torch.nn.ReLU(), (torch.randn(4, 8),))
+    >>> type(program).__name__
+    'ExportedProgram'
     """
     if isinstance(source, ExportedProgram):
         return source
@@ -56,16 +76,33 @@ def program_of(source: ExportedProgram | torch.nn.Module, example_inputs=None) -
 
 
 def convert(program: ExportedProgram, name: str = "graph", source: str | None = None) -> ImportResult:
-    """An exported program as a format-v1 graph dict (not yet loaded).
+    """Convert an exported program to a format-v1 graph dict (not yet loaded).
 
-    Args:
-        program: from ``torch.export.export``; it is lowered to core ATen here.
-        name: the graph's name.
-        source: the graph's ``source`` text (default: :data:`SOURCE`).
+    Parameters
+    ----------
+    program : torch.export.ExportedProgram
+        From ``torch.export.export`` (or :func:`program_of`); it is lowered to core ATen here.
+    name : str
+        The graph's name.
+    source : str, optional
+        The graph's ``source`` text (default: :data:`SOURCE`).
 
-    Raises:
-        GraphError: a tensor whose dtype format v1 lacks (uint8, complex, ...), or a
-            symbolic (dynamic) dimension.
+    Returns
+    -------
+    ImportResult
+        The graph dict (``.graph``) and the import summary (``.summary``).
+
+    Raises
+    ------
+    GraphError
+        A tensor whose dtype format v1 lacks (uint8, complex, ...), or a symbolic
+        (dynamic) dimension.
+
+    Examples
+    --------
+    >>> result = convert(program_of(torch.nn.Linear(64, 32), (torch.randn(8, 64),)), "linear")
+    >>> [op["op"] for op in result.graph["ops"]], result.summary.custom
+    (['transpose', 'matmul', 'add'], Counter())
     """
     with _quiet():
         program = program.run_decompositions()

@@ -20,10 +20,7 @@ from partitioner.ops import matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, literal, \
     storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split
-
-MAX_GRID_X = 2**31 - 1
-
+from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
 
 class _Context:
     """Emitters of one kernel, sharing its names and external sources."""
@@ -58,7 +55,7 @@ def _row_index(em: Emitter, shape: tuple[int, ...], sq: int) -> tuple[str, ...]:
 
 def _operand(ctx: _Context, tensor: str, batch_idx: tuple[str, ...], rows: str, cols: str, dtype: str) -> str:
     """Statements that set ``val`` to the matmul operand ``tensor`` at (batch, rows, cols)."""
-    em = ctx.emitter(3)
+    em = ctx.emitter(4)
     t = ctx.g.tensor(tensor)
     idx = broadcast_index(t.shape[:-2], batch_idx) + (rows, cols)
     em.emit(f"val = {convert(em.value(tensor, idx), t.dtype, dtype)};")
@@ -74,11 +71,8 @@ def build(group: Group, index: int, hw) -> dict:
     itype, bits = index_type(group)
     ctx = _Context(group, params)
     c1, c2 = g.ops[p.c1], g.ops[p.c2]
-    grid_x = tiling.q_tiles * p.batch
-    if grid_x > MAX_GRID_X:
-        raise ValueError(f"attention '{p.c1}': {grid_x} blocks exceed the grid's x limit {MAX_GRID_X}")
 
-    head = ctx.emitter(1)
+    head = ctx.emitter(2)
     batch1, *_ = matmul_shapes(*(g.tensor(t).shape for t in c1.inputs))
     batch2, *_ = matmul_shapes(*(g.tensor(t).shape for t in c2.inputs))
     b1 = tuple(head.index_var(e) for e in delinearize(batch1, "b"))
@@ -90,20 +84,22 @@ def build(group: Group, index: int, hw) -> dict:
     l_acc = accumulator_dtype(e_t.dtype)
     c1_value = convert(convert("acc", "float32", c1.promoted), c1.promoted, c1.out.dtype)
     m_value = convert("m", m_op.promoted, m_op.out.dtype)
+    m_round = convert(convert("part_max(m_run[h], mx[h])", m_op.promoted, m_op.out.dtype), m_op.out.dtype,
+                      m_op.promoted)
     l_value = convert(convert("l", l_acc, l_op.promoted), l_op.promoted, l_op.out.dtype)
 
     # pass 1: X (what the row maximum reduces) and E (what the row sum adds) per score element
-    x_em = ctx.emitter(2, **{p.c1: "s"})
+    x_em = ctx.emitter(3, **{p.c1: "s"})
     x_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     x_em.emit(f"return {x_em.value(p.x, _score_index(x_em, x_t.shape, p.sq, 'k'))};")
-    e_em = ctx.emitter(2, **{p.c1: "s", p.x: "x", p.row_max: "mv"})
+    e_em = ctx.emitter(3, **{p.c1: "s", p.x: "x", p.row_max: "mv"})
     e_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     e_em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
     e_em.emit(f"return {convert(e_em.value(p.e, _score_index(e_em, e_t.shape, p.sq, 'k')), e_t.dtype, l_acc)};")
 
     # the normalisation that moves after C2: divide by the row sum, or multiply by 1 / sum
     how, scale = p.normalise
-    n_em = ctx.emitter(2, **{p.row_sum: "lv"})
+    n_em = ctx.emitter(3, **{p.row_sum: "lv"})
     n_em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
     scale_shape = g.tensor(scale).shape  # a row value, or one broadcast along the keys (the same at any key)
     at = _row_index(n_em, scale_shape, p.sq) if scale in p.rows else _score_index(n_em, scale_shape, p.sq, "0")
@@ -114,26 +110,27 @@ def build(group: Group, index: int, hw) -> dict:
     epilogue = _epilogue(ctx, group, st, b2)
     score_writes, row_writes = _score_writes(ctx, st, m_value, l_value, c1_value)
 
+    grid = tile_grid(tiling.q_tiles * p.batch)
     smem = tiling.shared_memory
     static, dynamic = shared_memory_split(smem, hw)
     d_pad, dv_pad = tiling.d_pad, tiling.dv_pad
     return {
         "template": "attention.cu.j2", "params": params, "bits": bits,
-        "grid": (grid_x, 1, 1), "block": (tiling.threads, 1, 1),
+        "grid": (grid, 1, 1), "block": (tiling.threads, 1, 1),
         "smem_dynamic": dynamic, "smem_static": static,
         "context": {
             "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
             "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,
             "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
-            "q_tiles": tiling.q_tiles, "k_tiles": tiling.k_tiles, "smem_static": static,
+            "q_tiles": tiling.q_tiles, "batch": p.batch, "looped": grid < tiling.q_tiles * p.batch, "k_tiles": tiling.k_tiles, "smem_static": static,
             "batch_index": "\n".join(head.lines),
             "q_value": _operand(ctx, c1.inputs[0], b1, "q", "d", dtype),
             "k_value": _operand(ctx, c1.inputs[1], b1, "d", "k", dtype),
             "v_value": _operand(ctx, c2.inputs[1], b2, "k", "dv", dtype),
             "to_op": to_storage("v", dtype) if dtype != "float32" else "v",
             "x_reg": REGISTER[x_t.dtype], "x_body": "\n".join(x_em.lines),
-            "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted),
-            "l_reg": REGISTER[l_acc], "e_body": "\n".join(e_em.lines), "norm_body": "\n".join(n_em.lines),
+            "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted), "m_round": m_round,
+            "l_reg": REGISTER[l_acc], "l_nan": literal(math.nan, l_acc), "e_body": "\n".join(e_em.lines), "norm_body": "\n".join(n_em.lines),
             "epilogue": epilogue, "score_writes": score_writes, "row_writes": row_writes,
         },
     }
@@ -143,7 +140,7 @@ def _epilogue(ctx: _Context, group: Group, st: Structure, b2: tuple[str, ...]) -
     """Statements storing C2's element (q, dv) and the epilogue values computed from it."""
     g, p = ctx.g, st.pair
     c2 = g.ops[p.c2]
-    em = ctx.emitter(2)
+    em = ctx.emitter(3)
     cvar = em.declare(c2.promoted, convert("o", "float32", c2.promoted), "c")
     if c2.out.dtype != c2.promoted:
         cvar = em.declare(c2.out.dtype, convert(cvar, c2.promoted, c2.out.dtype), "c")
@@ -174,14 +171,14 @@ def _score_writes(ctx: _Context, st: Structure, m_value: str, l_value: str, c1_v
     elems = [w for w in st.score_writes if w not in st.rows]
     rows = [w for w in st.score_writes if w in st.rows]
     scalars = {p.c1: "s", p.row_max: "mv", p.row_sum: "lv"}
-    em = ctx.emitter(2, **scalars)
+    em = ctx.emitter(3, **scalars)
     if elems:
         em.emit(f"const {REGISTER[g.ops[p.c1].out.dtype]} s = {c1_value};")
         em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
         em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
         for w in elems:
             em.store(w, ctx.params.pointer[w], _score_index(em, g.tensor(w).shape, p.sq, "k"))
-    rem = ctx.emitter(2, **{p.row_max: "mv", p.row_sum: "lv"})
+    rem = ctx.emitter(3, **{p.row_max: "mv", p.row_sum: "lv"})
     if rows:
         rem.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
         rem.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")

@@ -90,6 +90,19 @@ def shared_memory_split(smem: int, hw) -> tuple[int, int]:
     return (smem, 0) if smem <= hw.smem_per_block_default_bytes else (0, smem)
 
 
+#: Largest x-dimension of a grid: 2^31 - 1 on every compute capability since 3.0
+#: (CUDA C++ Programming Guide, "Features and Technical Specifications", table of
+#: technical specifications per compute capability). y and z stop at 65535.
+MAX_GRID_X = 2**31 - 1
+
+
+def tile_grid(tiles: int) -> int:
+    """Blocks for a kernel that loops over ``tiles`` output tiles, one per block and
+    iteration (``for (tile = blockIdx.x; tile < tiles; tile += gridDim.x)``): one block
+    per tile up to the grid's x limit, so that no size is too large to launch."""
+    return max(1, min(tiles, MAX_GRID_X))
+
+
 def grid_stride_blocks(work: int, threads: int, sm_count: int) -> int:
     """Blocks for a grid-stride loop over ``work`` items: enough to fill the GPU."""
     return max(1, min(math.ceil(work / threads), sm_count * BLOCKS_PER_SM))

@@ -13,13 +13,10 @@ from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split
+from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
-MAX_GRID_Z = 65535
-
-
 def _fma(acc_dtype: str) -> str:
     if acc_dtype in ("float32", "float64"):
         return "acc[i][j] + a[i] * b[j]"
@@ -34,8 +31,6 @@ def build(group: Group, index: int, hw) -> dict:
     params = parameters(group)
     itype, bits = index_type(group)
     batch, m, n, k = contraction_dims(group)
-    if batch > MAX_GRID_Z:
-        raise ValueError(f"contraction '{op.name}': {batch} batched products exceed the grid's z limit {MAX_GRID_Z}")
     promoted = op.promoted
     wmma = promoted in ("float16", "bfloat16")
     acc_dtype = product_accumulator(promoted)
@@ -44,6 +39,7 @@ def build(group: Group, index: int, hw) -> dict:
 
     names = Names()  # one namespace for the four emitters of this kernel
     head = Emitter(g, sources, expr_macro(), "idx_t", names)
+    head.depth = 2
     if op.kind == "matmul":
         batch_shape, *_ = matmul_shapes(g.tensor(a_tensor).shape, g.tensor(b_tensor).shape)
         b_idx = tuple(head.index_var(e) for e in delinearize(batch_shape, "bz"))
@@ -52,7 +48,7 @@ def build(group: Group, index: int, hw) -> dict:
 
     def operand(which: str) -> str:
         em = Emitter(g, sources, expr_macro(), "idx_t", names)
-        em.depth = 4
+        em.depth = 5
         tensor = a_tensor if which == "a" else b_tensor
         t = g.tensor(tensor)
         target = f"{which}val"
@@ -68,7 +64,7 @@ def build(group: Group, index: int, hw) -> dict:
         return "\n".join(em.lines)
 
     epi = Emitter(g, sources, expr_macro(), "idx_t", names)
-    epi.depth = 2
+    epi.depth = 3
     out_idx = _output_index(epi, op, b_idx, g)
     value = "accv"
     if op.kind == "conv2d" and len(op.inputs) == 3:
@@ -90,16 +86,20 @@ def build(group: Group, index: int, hw) -> dict:
 
     smem = shared_memory(group)
     static, dynamic = shared_memory_split(smem, hw)
+    n_tiles, m_tiles = -(-n // TILE_N), -(-m // TILE_M)
+    grid = tile_grid(n_tiles * m_tiles * batch)
     op_type = storage_type(promoted) if wmma else REGISTER[promoted]
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
     warps = CONTRACTION_THREADS // 32
     return {
         "template": "contraction.cu.j2", "params": params, "bits": bits,
-        "grid": (-(-n // TILE_N), -(-m // TILE_M), batch), "block": (CONTRACTION_THREADS, 1, 1),
+        "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
         "smem_dynamic": dynamic, "smem_static": static,
         "context": {
             "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
-            "m": m, "n": n, "k": k, "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
+            "m": m, "n": n, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
+            "looped": grid < n_tiles * m_tiles * batch,
+            "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
             "smem_static": static, "batch_index": "\n".join(head.lines),
             "a_value": operand("a"), "b_value": operand("b"), "a_store": store("aval"), "b_store": store("bval"),
             "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
