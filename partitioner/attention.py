@@ -22,12 +22,21 @@ must hold) computes, per score element, values of these *forms*:
 ``inv``     ``reciprocal(sum)`` or ``1 / sum``
 ``probs``   ``E / sum`` or ``E * inv`` (that same ``E``), and casts of it: ``C2``'s
             first operand
+``guard``   whether a row holds a score other than -inf: ``reduce_max`` over the key
+            axis of ``X != -inf`` (``logical_not(eq(X, -inf))``), ``reduce_min`` of
+            ``X == -inf``, and ``logical_not`` of these. ``where(dead, 0, probs)``
+            (or ``where(live, probs, 0)``) is ``probs`` again: PyTorch's
+            ``_safe_softmax``, which gives rows of -inf only probabilities of 0
 =========== ========================================================================
 
 Views (``reshape``), ``identity`` and ``broadcast_to`` keep a value's form. This
 is exactly the algebra online softmax needs: ``exp(X - m)`` rescales by
 ``exp(m_old - m_new)`` as the running maximum grows, and division by the row sum
-commutes with the sum over keys, so it moves after ``C2``.
+commutes with the sum over keys, so it moves after ``C2``. A guarded row is one
+whose running maximum stays -inf: its ``E`` is 0 at every key, so ``C2``'s row is
+the sum of ``0 · V`` the unfused product computes, left unnormalised. ``X`` in the
+guard may also be the value ``X`` is a widening float cast of (casts that keep -inf
+and finite values apart).
 
 *Alignment.* Every middle value is a score element (*elem*: ``B·Sq·Sk`` elements,
 last axis ``Sk``) or a per-row value (*row*: ``B·Sq`` elements), and its row-major
@@ -62,6 +71,9 @@ MAX_HEAD_DIM = 256
 PRODUCT_DTYPES = ("float16", "bfloat16", "float32")
 #: Ops that pass a value on unchanged (its form and its values).
 _ALIAS_KINDS = frozenset({"reshape", "identity", "broadcast_to"})
+#: Float casts that keep -inf and finite values apart (a narrowing one may overflow to -inf).
+_WIDENING = {("float16", "float32"), ("bfloat16", "float32"), ("float16", "float64"), ("bfloat16", "float64"),
+             ("float32", "float64")}
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class Pair:
             ``reduce_sum`` and ``C2``'s first operand.
         normalise: ``("div", L)`` when probs are ``E / L``; ``("mul", R)`` when they
             are ``E * R`` with ``R = 1 / sum``; ``L`` and ``R`` are tensors of the middle.
+        guard: the ``guard`` reduction and whether it is true for live rows (those
+            with a score other than -inf), or ``None`` without a guard.
         batch, sq, sk, d, dv: flattened batch ``B`` (batch × heads), query and key
             lengths, head dims of ``Q·Kᵀ`` and of ``V``.
         dtype: the dtype both products compute in (their operands' promoted dtype).
@@ -93,6 +107,7 @@ class Pair:
     row_sum: str
     probs: str
     normalise: tuple[str, str]
+    guard: tuple[str, bool] | None
     batch: int
     sq: int
     sk: int
@@ -124,7 +139,11 @@ class _Analysis:
         self.forms: dict[str, str] = {c1.name: "raw"}
         self.rows: set[str] = set()
         self.alias: dict[str, str] = {c1.name: c1.name}  # tensor -> the value it passes on unchanged
-        self.found: dict[str, str] = {}  # "max", "sum", "x", "e", "inv" -> tensor
+        self.found: dict[str, str] = {}  # "max", "sum", "x", "e", "inv", "guard", "guard_of" -> tensor
+        # elementwise predicates "Y == -inf" (False) or "Y != -inf" (True) by tensor -> (polarity, Y);
+        # guard row values -> whether they are true for live rows
+        self.predicates: dict[str, tuple[bool, str]] = {}
+        self.live: dict[str, bool] = {}
 
     def dependent(self, op: Op) -> list[str]:
         """Tensor operands of ``op`` that depend on ``C1`` (``C1`` or middle values)."""
@@ -170,6 +189,8 @@ class _Analysis:
             return forms[0]
         if kind == "cast" and forms[0] in ("raw", "exp", "probs"):
             return forms[0]
+        if op.op_class == "reduction" and forms == ["raw"] and self.root(ins[0]) in self.predicates:
+            return self._guard(op, *self.predicates[self.root(ins[0])])
         if op.op_class == "reduction":
             # the running maximum starts at -inf and rescales by exp(): a float maximum of a float X
             floats = self.g.tensor(ins[0]).dtype in FLOATS and op.out.dtype in FLOATS
@@ -183,7 +204,13 @@ class _Analysis:
         if op.op_class != "elementwise":
             return None
         if set(forms) == {"raw"}:
+            self._predicate(op, ins)
             return "raw"
+        if forms == ["guard"] and kind == "logical_not":
+            self.live[op.name] = not self.live[self.root(ins[0])]
+            return "guard"
+        if kind == "where" and forms == ["guard", "probs"] and op.inputs[0] in ins:
+            return self._guarded(op)
         operands = [i if isinstance(i, str) else None for i in op.inputs]
         if kind == "sub" and forms == ["raw", "max"] and operands[0] in ins and operands[1] in ins:
             return "shifted" if self.root(operands[0]) == self.found["x"] else None
@@ -198,6 +225,42 @@ class _Analysis:
             e, r = ins if forms[0] == "exp" else ins[::-1]
             return self._probs(op, "mul", e, r)
         return None
+
+    def _predicate(self, op: Op, ins: list[str]) -> None:
+        """Record ``op`` if it is ``Y == -inf``, ``Y != -inf`` or the negation of one."""
+        if op.kind in ("eq", "ne") and len(ins) == 1 and -math.inf in op.inputs and op.inputs.count(-math.inf) == 1:
+            self.predicates[op.name] = (op.kind == "ne", self.root(ins[0]))
+        elif op.kind == "logical_not" and self.root(ins[0]) in self.predicates:
+            live, y = self.predicates[self.root(ins[0])]
+            self.predicates[op.name] = (not live, y)
+
+    def _guard(self, op: Op, live: bool, y: str) -> str | None:
+        """``any`` of a live predicate, or ``all`` of a dead one, over the key axis."""
+        if "guard" in self.found or (op.kind, live) not in (("reduce_max", True), ("reduce_min", False)):
+            return None
+        self.found["guard"], self.found["guard_of"] = op.name, y
+        self.live[op.name] = live
+        return "guard"
+
+    def _guarded(self, op: Op) -> str | None:
+        """``where(dead, 0, probs)`` or ``where(live, probs, 0)``: probs, 0 for rows of -inf only."""
+        live = self.live[self.root(op.inputs[0])]
+        zero, probs = (op.inputs[2], op.inputs[1]) if live else (op.inputs[1], op.inputs[2])
+        if isinstance(zero, str) or zero != 0 or probs not in self.forms or "guarded" in self.found:
+            return None
+        self.found["guarded"] = op.name
+        return "probs"
+
+    def same_infinities(self, y: str) -> bool:
+        """Whether ``y`` is -inf exactly where ``X`` is: ``X`` itself, or a widening float cast of it."""
+        x = self.found["x"]
+        while x != y:
+            cast = self.g.ops.get(x)
+            if cast is None or cast.kind != "cast" or (self.g.tensor(cast.inputs[0]).dtype, cast.out.dtype) \
+                    not in _WIDENING:
+                return False
+            x = self.root(cast.inputs[0])
+        return True
 
     def _probs(self, op: Op, how: str, e: str, scale: str) -> str | None:
         if "sum" not in self.found or self.root(e) != self.found["e"] or "normalise" in self.found:
@@ -278,8 +341,13 @@ def _finish(g: Graph, c1: Op, c2: Op, middle: int, a: _Analysis) -> Pair:
     if max(d, n) > MAX_HEAD_DIM:
         raise _fail("head_dim", f"head dims {d} and {n} exceed the template's {MAX_HEAD_DIM}", names)
     scale = a.found["scale"]
+    guard = a.found.get("guard")
+    if guard is not None and not a.same_infinities(a.found["guard_of"]):
+        raise _fail("not_online", f"'{guard}' tests '{a.found['guard_of']}' for -inf, not the scores '{a.found['x']}' "
+                    "the softmax reduces: the kernel knows only the latter's all -inf rows", (guard,))
     return Pair(c1.name, c2.name, middle, dict(a.forms), frozenset(a.rows), a.found["x"], a.found["max"],
                 a.found["e"], a.found["sum"], c2.inputs[0], (a.found["normalise"], scale),
+                (guard, a.live[guard]) if guard is not None else None,
                 a.row_count // a.sq if a.sq else 0, a.sq, a.sk, d, n, c1.promoted)
 
 

@@ -10,17 +10,21 @@ from .conftest import make_graph, op
 
 
 def attention(*, batch=1, heads=2, kv_heads=None, sq=33, sk=31, d=32, dv=None, dtype="float16", scale=True,
-              mask=None, softmax="composite", probs_output=False, epilogue=False, extras=(), name="attention"):
+              mask=None, softmax="composite", probs_output=False, epilogue=False, extras=(), name="attention",
+              extra_outputs=()):
     """One attention layer. ``mask``: ``None``; ``"causal"`` (``where`` with a boolean
     ``[sq, sk]`` mask, -inf elsewhere); ``"padding"`` (``where`` with a boolean
     ``[batch, 1, 1, sk]`` key mask); ``"additive"`` (a float ``[batch, 1, sq, sk]``
     mask added after the scale); ``"bias"`` (a T5-style ``[1, heads, sq, sk]`` bias
-    added to unscaled scores). ``softmax``: ``"composite"`` or ``"primitives"``
-    (max, sub, exp, sum, div written out, in float32 for half inputs). ``extras`` add
+    added to unscaled scores). ``softmax``: ``"composite"``, ``"primitives"``
+    (max, sub, exp, sum, div written out, in float32 for half inputs) or ``"safe"``
+    (PyTorch's ``_safe_softmax``, as ``scaled_dot_product_attention`` exports:
+    probabilities 0 in rows of -inf only). ``extras`` add
     ops that make the best plan less obvious: ``"q_prologue"`` (Q scaled by an op of
     its own), ``"k_written"`` (K computed by an op that is also an output, so never
     a recomputed feeder), ``"score_side"`` (exp of the raw scores as an output),
-    ``"out_consumers"`` (two more ops read the output)."""
+    ``"out_consumers"`` (two more ops read the output). ``extra_outputs`` names more
+    of its tensors as graph outputs."""
     kv_heads = kv_heads or heads
     dv = dv or d
     inputs = {"q": ([batch, heads, sq, d], dtype), "k": ([batch, kv_heads, sk, d], dtype),
@@ -64,6 +68,10 @@ def attention(*, batch=1, heads=2, kv_heads=None, sq=33, sk=31, d=32, dv=None, d
         x = "masked"
     if softmax == "composite":
         ops.append(op("probs", "softmax", [x], axis=-1))
+    elif softmax == "safe":
+        ops += [op("p0", "softmax", [x], axis=-1), op("is_inf", "eq", [x, -math.inf]),
+                op("finite", "logical_not", ["is_inf"]), op("live", "reduce_max", ["finite"], axes=[-1], keepdims=True),
+                op("dead", "logical_not", ["live"]), op("probs", "where", ["dead", 0.0, "p0"])]
     else:
         half = dtype != "float32"
         if half:
@@ -86,5 +94,6 @@ def attention(*, batch=1, heads=2, kv_heads=None, sq=33, sk=31, d=32, dv=None, d
         outputs += ["c_abs", "c_mul"]
     if probs_output:
         outputs.append("probs")
+    outputs += extra_outputs
     return make_graph(inputs, ops, outputs, dtype=dtype, name=name)
 

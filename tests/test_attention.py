@@ -59,6 +59,48 @@ def test_normalising_by_a_reciprocal_is_online_too():
     evaluate(g, [list(g.ops)])
 
 
+@pytest.mark.parametrize("spelling", ["any_of_finite", "all_of_inf", "live_where"])
+def test_a_guard_for_rows_of_minus_inf_only_is_online(spelling):
+    """PyTorch's _safe_softmax (scaled_dot_product_attention's decomposition) and its
+    equivalent spellings: the guard is the kernel's own "the running maximum is -inf",
+    here of a float32 X cast from the float16 scores the guard tests."""
+    inputs = {"q": ([2, 8, 16], "float16"), "k": ([2, 16, 8], "float16"), "v": ([2, 8, 4], "float16")}
+    ops = [op("s", "matmul", ["q", "k"]), op("x", "cast", ["s"], dtype="float32"),
+           op("p0", "softmax", ["x"], axis=-1)]
+    if spelling == "all_of_inf":
+        ops += [op("inf", "eq", ["s", -math.inf]), op("dead", "reduce_min", ["inf"], axes=[-1], keepdims=True),
+                op("p", "where", ["dead", 0.0, "p0"])]
+    else:
+        ops += [op("fin", "ne", ["s", -math.inf]), op("live", "reduce_max", ["fin"], axes=[-1], keepdims=True)]
+        ops += [op("p", "where", ["live", "p0", 0.0])] if spelling == "live_where" else \
+               [op("dead", "logical_not", ["live"]), op("p", "where", ["dead", 0, "p0"])]
+    ops += [op("ph", "cast", ["p"], dtype="float16"), op("o", "matmul", ["ph", "v"])]
+    g = make_graph(inputs, ops, ["o"])
+    (p,) = pairs(g)
+    assert p.guard == ("dead" if spelling == "all_of_inf" else "live", spelling != "all_of_inf")
+    assert group_kinds(partition(g, "ilp")) == ["attention"]
+
+
+@pytest.mark.parametrize("mutation", ["other_tensor", "narrowing_cast", "nonzero_fill", "any_of_inf"])
+def test_a_guard_the_kernel_cannot_know_is_rejected(mutation):
+    """The kernel knows only which rows of X are -inf throughout, and that their
+    probabilities must then be 0 for C2's row to be the sum of 0 * V it holds."""
+    inputs = {"q": [2, 8, 16], "k": [2, 16, 8], "v": [2, 8, 4], "b": [2, 8, 8]}
+    ops = [op("s", "matmul", ["q", "k"]), op("x", "add", ["s", "b"])]
+    x, tested = "x", {"other_tensor": "s"}.get(mutation, "x")
+    if mutation == "narrowing_cast":  # float32 scores beyond float16's range become -inf only after the cast
+        ops.append(op("xh", "cast", ["s"], dtype="float16"))
+        ops.append(op("xw", "cast", ["xh"], dtype="float32"))
+        x, tested = "xh", "s"
+    ops += [op("p0", "softmax", [x], axis=-1),
+            op("t", "eq" if mutation == "any_of_inf" else "ne", [tested, -math.inf]),
+            op("g", "reduce_max", ["t"], axes=[-1], keepdims=True),
+            op("p", "where", ["g", "p0", 1.0 if mutation == "nonzero_fill" else 0.0]), op("o", "matmul", ["p", "v"])]
+    g = make_graph(inputs, [o for o in ops if o["name"] != "xw"], ["o"])
+    assert pairs(g) == ()
+    assert reason(g, list(g.ops)) == "attention.not_online"
+
+
 def group_kinds(plan):
     return [c.kind for c in plan.cost.groups if c.kind != "view"]
 
@@ -205,10 +247,11 @@ SMALL = [
     dict(sq=8, sk=8, d=16, heads=1, mask="causal"),
     dict(sq=8, sk=8, d=16, heads=2, kv_heads=1, softmax="primitives"),
     dict(sq=8, sk=8, d=16, heads=1, mask="additive", epilogue=True, probs_output=True),
+    dict(sq=8, sk=8, d=16, heads=1, mask="padding", softmax="safe", probs_output=True),
 ]
 
 
-@pytest.mark.parametrize("spec", SMALL, ids=["causal", "gqa_primitives", "mask_epilogue_probs"])
+@pytest.mark.parametrize("spec", SMALL, ids=["causal", "gqa_primitives", "mask_epilogue_probs", "safe_probs"])
 def test_enumeration_finds_every_legal_attention_group_once(spec):
     g = attention(**spec)
     found = enumerate_candidates(g, H100, 64)
@@ -257,13 +300,16 @@ def best_partition(graph):
 
 @st.composite
 def attention_specs(draw):
-    mask = draw(st.sampled_from([None, "causal", "additive", "bias"]))
+    mask = draw(st.sampled_from([None, "causal", "padding", "additive", "bias"]))
+    softmax = draw(st.sampled_from(["composite", "primitives", "safe"]))
+    # the guard adds five ops, 32x the subsets the brute force walks: one extra at most with it
+    extras = st.sampled_from(["q_prologue", "k_written", "score_side", "out_consumers"])
     return dict(sq=draw(st.sampled_from([8, 64, 256])), sk=draw(st.sampled_from([8, 64, 256])),
                 d=draw(st.sampled_from([16, 64])), heads=draw(st.sampled_from([1, 4])), mask=mask,
-                scale=draw(st.booleans()), softmax=draw(st.sampled_from(["composite", "primitives"])),
+                scale=draw(st.booleans()), softmax=softmax,
                 epilogue=draw(st.booleans()), probs_output=draw(st.booleans()),
                 dtype=draw(st.sampled_from(["float16", "float32"])),
-                extras=draw(st.sets(st.sampled_from(["q_prologue", "k_written", "score_side", "out_consumers"]))))
+                extras=draw(st.sets(extras, max_size=1 if softmax == "safe" else 4)))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

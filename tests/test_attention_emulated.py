@@ -42,9 +42,12 @@ def run(graph, inputs=None):
     got = {**storage_values(graph, values), **EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), values)}
     v = np.abs(values["v"].astype(np.float64)).max()
     for out in graph.outputs:
-        if out != "probs":
+        dtype = graph.tensor(out).dtype
+        if dtype not in ATTENTION_BOUND:  # integers and booleans: exact
+            np.testing.assert_array_equal(output_value(graph, got, out), reference[out])
+        elif out != "probs":
             error = _error(output_value(graph, got, out), reference[out])
-            assert error <= ATTENTION_BOUND[graph.tensor(out).dtype] * v, (out, error)
+            assert error <= ATTENTION_BOUND[dtype] * v, (out, error)
     return got, reference
 
 
@@ -198,3 +201,40 @@ def test_a_row_maximum_stated_in_a_narrower_dtype_rescales_with_the_rounded_maxi
         op("qs", "mul", ["q", 8.0]), op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]),
         op("s", "matmul", ["qs", "kt"]), *chain, op("o", "matmul", ["p", "v"])], ["o"])
     run(g)  # within the float32 attention bound
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_safe_softmax_gives_rows_of_minus_inf_only_zero_probabilities_and_outputs(dtype):
+    """PyTorch's _safe_softmax: the reference's dead rows are 0, not NaN, in the output
+    and in the written probabilities; the guard itself is written as a row value."""
+    g = attention(batch=3, sq=17, sk=70, mask="padding", softmax="safe", probs_output=True, dtype=dtype,
+                  extra_outputs=["live"])
+    keep = np.ones((3, 1, 1, 70), bool)
+    keep[0, ..., 30:] = False
+    keep[1] = False           # every key of batch 1
+    keep[2, ..., :40] = False  # the first key tile and more
+    got, reference = run(g, {"keep": keep})
+    assert (reference["out"][1] == 0).all() and (got["out"][1] == 0).all()
+    assert (got["probs"][1] == 0).all() and np.isfinite(got["out"]).all()
+    assert not got["live"][1].any() and got["live"][[0, 2]].all()
+
+
+def test_scaled_dot_product_attention_exported_by_torch_fuses_and_runs():
+    """torch.export lowers F.scaled_dot_product_attention to the math path with
+    _safe_softmax; it is one attention kernel, with a float additive mask."""
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    from partitioner import from_torch
+
+    class Sdpa(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    q, k, v = (torch.randn(2, 3, n, 32, dtype=torch.float16) for n in (33, 47, 47))
+    g = from_torch(Sdpa(), (q, k, v, torch.randn(2, 1, 33, 47, dtype=torch.float16)), verbose=False)
+    plan = partition(g, "ilp")
+    assert [c.kind for c in plan.cost.groups].count("attention") == 1
+    mask = np.zeros((2, 1, 33, 47), np.float16)
+    mask[0, :, 5] = -np.inf  # one query row of batch 0 sees no key: 0 where the plain softmax gives NaN
+    mask_name = next(name for name, t in g.inputs.items() if t.shape == (2, 1, 33, 47))
+    checks = run_and_check(plan, EMULATOR, inputs={mask_name: mask})
+    assert all(c.ok for c in checks), checks

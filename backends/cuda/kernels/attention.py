@@ -100,6 +100,8 @@ def build(group: Group, index: int, hw) -> dict:
     # the normalisation that moves after C2: divide by the row sum, or multiply by 1 / sum
     how, scale = p.normalise
     n_em = ctx.emitter(3, **{p.row_sum: "lv"})
+    if p.guard is not None:  # a row of -inf only: probabilities 0, so C2's row is the sum of 0 * V it holds
+        n_em.emit(f"if (m == {literal(-math.inf, m_op.promoted)}) return o;")
     n_em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
     scale_shape = g.tensor(scale).shape  # a row value, or one broadcast along the keys (the same at any key)
     at = _row_index(n_em, scale_shape, p.sq) if scale in p.rows else _score_index(n_em, scale_shape, p.sq, "0")
@@ -167,21 +169,30 @@ def _score_writes(ctx: _Context, st: Structure, m_value: str, l_value: str, c1_v
     """Pass-2 statements storing written score elements, and statements storing written
     per-row values, from the final row maximum ``m`` and sum ``l``."""
     g, p = ctx.g, st.pair
-    m_op, l_op = g.ops[p.row_max], g.ops[p.row_sum]
     elems = [w for w in st.score_writes if w not in st.rows]
     rows = [w for w in st.score_writes if w in st.rows]
-    scalars = {p.c1: "s", p.row_max: "mv", p.row_sum: "lv"}
-    em = ctx.emitter(3, **scalars)
+    row_scalars = {p.row_max: "mv", p.row_sum: "lv", **({p.guard[0]: "gv"} if p.guard else {})}
+    em = ctx.emitter(3, **{p.c1: "s"}, **row_scalars)
     if elems:
         em.emit(f"const {REGISTER[g.ops[p.c1].out.dtype]} s = {c1_value};")
-        em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
-        em.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
+        _row_values(em, st, m_value, l_value)
         for w in elems:
             em.store(w, ctx.params.pointer[w], _score_index(em, g.tensor(w).shape, p.sq, "k"))
-    rem = ctx.emitter(3, **{p.row_max: "mv", p.row_sum: "lv"})
+    rem = ctx.emitter(3, **row_scalars)
     if rows:
-        rem.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
-        rem.emit(f"const {REGISTER[l_op.out.dtype]} lv = {l_value};")
+        _row_values(rem, st, m_value, l_value)
         for w in rows:
             rem.store(w, ctx.params.pointer[w], _row_index(rem, g.tensor(w).shape, p.sq))
     return "\n".join(em.lines), "\n".join(rem.lines)
+
+
+def _row_values(em: Emitter, st: Structure, m_value: str, l_value: str) -> None:
+    """Declare the row's maximum ``mv`` and sum ``lv`` as their ops round them, from the
+    final ``m`` and ``l``, and its guard ``gv`` (a row of -inf only: ``m`` is -inf)."""
+    g, p = em.graph, st.pair
+    em.emit(f"const {REGISTER[g.ops[p.row_max].out.dtype]} mv = {m_value};")
+    em.emit(f"const {REGISTER[g.ops[p.row_sum].out.dtype]} lv = {l_value};")
+    if p.guard is not None:
+        _, live = p.guard
+        neg_inf = literal(-math.inf, g.ops[p.row_max].promoted)
+        em.emit(f"const bool gv = m {'!=' if live else '=='} {neg_inf};")
