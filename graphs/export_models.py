@@ -11,6 +11,7 @@ dropped: parameters and buffers stay graph inputs under their qualified names.
     python graphs/export_models.py                  # rewrite every corpus file in graphs/
     python graphs/export_models.py gpt2_2l_b8_s1024_f16 --out /tmp/g
     python graphs/export_models.py --check          # exit 1 if a file in graphs/ differs
+    python graphs/export_models.py --ladder --out /tmp/ladder   # benchmarks/plan_times.py's size ladder
 
 Attention runs HuggingFace's ``eager`` implementation (its matmul, mask and softmax
 are ops of the graph rather than one fused SDPA call) and the KV cache is off
@@ -70,6 +71,28 @@ MODELS = [
 ]
 
 
+def _gpt2(layers: int) -> Model:
+    return Model(f"gpt2_{layers}l_b8_s1024_f16", "GPT2Model", "GPT2Config", {"n_layer": layers, **_DECODER}, (8, 1024),
+                 "int64", "float16")
+
+
+# The size ladder of benchmarks/plan_times.py: too large to commit, so written only when
+# named (or with --ladder), by default to the benchmark's cache rather than to graphs/.
+LADDER = [
+    *(_gpt2(n) for n in (1, 2, 4, 8, 12, 24, 48)),
+    Model("llama7b_32l_b4_s2048_bf16", "LlamaModel", "LlamaConfig",
+          {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 32, "intermediate_size": 11008,
+           "num_hidden_layers": 32, **_DECODER}, (4, 2048), "int64", "bfloat16"),
+    Model("bert_large_24l_b32_s128_f16", "BertModel", "BertConfig",
+          {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+          (32, 128), "int64", "float16", {"add_pooling_layer": False}),
+    Model("resnet101_b32_f16", "ResNetModel", "ResNetConfig", {"depths": [3, 4, 23, 3]}, (32, 3, 224, 224),
+          "float16", "float16"),
+    Model("resnet152_b32_f16", "ResNetModel", "ResNetConfig", {"depths": [3, 8, 36, 3]}, (32, 3, 224, 224),
+          "float16", "float16"),
+]
+
+
 def build(spec: Model) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """The model on the meta device in ``spec.dtype`` (eval mode) and its example input."""
     config = getattr(transformers, spec.config_class)(**spec.config)
@@ -107,14 +130,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"graphs to export (default all: {', '.join(m.name for m in MODELS)})")
     parser.add_argument("--out", type=Path, default=HERE, help="directory to write to (default graphs/)")
     parser.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    parser.add_argument("--ladder", action="store_true",
+                        help=f"export the size ladder of benchmarks/plan_times.py ({', '.join(m.name for m in LADDER)})")
     args = parser.parse_args(argv)
-    unknown = set(args.names) - {m.name for m in MODELS}
+    known = {m.name: m for m in MODELS + LADDER}
+    unknown = set(args.names) - set(known)
     if unknown:
         parser.error(f"unknown graph {', '.join(sorted(unknown))}")
     stale = []
-    for spec in MODELS:
-        if args.names and spec.name not in args.names:
-            continue
+    specs = [known[n] for n in args.names] if args.names else LADDER if args.ladder else MODELS
+    for spec in specs:
         text = export(spec)
         path = args.out / f"{spec.name}.yaml"
         if args.check:

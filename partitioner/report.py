@@ -43,6 +43,9 @@ def _header(plan: Plan) -> list[str]:
     s = plan.solver
     bound = "" if s.bound_us is None else f", lower bound {s.bound_us:,.1f} us, gap {_gap(plan)}"
     lines.append(f"strategy  {plan.strategy}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
+    if s.details.get("stopped_by"):
+        lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}; "
+                     "a larger --time-limit searches further")
     return lines
 
 

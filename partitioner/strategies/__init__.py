@@ -36,8 +36,11 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     hardware : str or Hardware
         A profile name (``h100``, ``h200``, ``a100``), a profile file, or a :class:`Hardware`.
     time_limit : float or None
-        The ILP's wall-clock limit in seconds (``None``: its default, 60); when it
-        expires the best plan found is returned with its lower bound and gap.
+        The ILP's work budget in nominal seconds (``None``: its default, 60): the
+        candidate enumeration may visit 10,000 search states per second of it and
+        CP-SAT may spend it in deterministic time, so the same input gives the same
+        plan on any machine. When it runs out the best plan found is returned with
+        its lower bound, gap and ``details["stopped_by"]``.
     max_ops : int
         The cap on non-view ops per fusion group.
     progress : callable or None

@@ -23,8 +23,8 @@ Progress = Callable[[str, float, float | None, float], None]
 
 @dataclass(frozen=True)
 class Options:
-    """Planning options: wall-clock ``time_limit`` in seconds (``None``: the
-    strategy's default), the per-group op cap, and an optional progress callback."""
+    """Planning options: the ``time_limit`` work budget in nominal seconds (``None``:
+    the strategy's default), the per-group op cap, and an optional progress callback."""
 
     time_limit: float | None = None
     max_ops: int = DEFAULT_MAX_OPS

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..attention import Pair, pairs
+from ..cost import objective
 from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
@@ -47,7 +48,7 @@ from ..legality import hereditary_violation, is_legal, written_violation
 
 
 class _Stop(Exception):
-    """The enumeration reached its candidate or time budget."""
+    """The enumeration reached its candidate or state budget."""
 
 
 class _AnchorFull(Exception):
@@ -59,20 +60,35 @@ class _AnchorFull(Exception):
 # incomplete and the ILP says so.
 MAX_STATES_PER_ANCHOR = 200_000
 
+#: Why an enumeration stopped short (``Candidates.stopped``), as the report words it.
+STOPPED_BY = {
+    "states": "the state budget (--time-limit)",
+    "candidates": "the candidate cap",
+    "anchor": f"an anchor's share of the states (at most {MAX_STATES_PER_ANCHOR:,})",
+}
+
 
 @dataclass
 class Candidates:
-    """Legal candidate groups (compute-op bitsets) and their groups, in a fixed order.
+    """Legal candidate groups (compute-op bitsets) and their integer objectives
+    (``cost.objective``), in a fixed order.
 
-    ``complete`` is False when the search stopped at its budget: then the list holds
+    ``complete`` is False when the search stopped at a budget, each named in ``stopped``
+    (keys of :data:`STOPPED_BY`, in the order they were hit): then the list holds
     only the candidates found so far and no optimality claim can rest on it.
+    ``states`` counts the search states visited; ``seconds`` is measured wall time,
+    for reports only (no budget reads it).
     """
 
     masks: list[int]
-    groups: list[Group]
+    costs: list[int]
     states: int
     seconds: float
-    complete: bool
+    stopped: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.stopped
 
 
 def neighbours(graph: Graph) -> dict[int, int]:
@@ -95,19 +111,21 @@ def neighbours(graph: Graph) -> dict[int, int]:
 class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
-    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, deadline: float | None, max_candidates: int,
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_states: int, max_candidates: int,
                  tick: Callable[[int], None] | None):
         self.graph, self.hw, self.max_ops = graph, hw, max_ops
-        self.deadline, self.max_candidates, self.tick = deadline, max_candidates, tick
+        self.max_states, self.max_candidates, self.tick = max_states, max_candidates, tick
         self.adj = neighbours(graph)
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
         self.pointwise &= graph.compute_mask
         self.hull_ok: dict[int, bool] = {}
         self.masks: list[int] = []
-        self.groups: list[Group] = []
+        self.costs: list[int] = []
         self.states = 0
-        self.complete = True
+        self.anchor_budget = max_states  # set per anchor by enumerate_candidates
+        self.seen: set[int] = set()  # candidates of anchors to be searched again
+        self.stopped: list[str] = []
 
     def viable(self, hull: int) -> bool:
         """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
@@ -150,13 +168,14 @@ class _Search:
         return written_violation(self.graph, kind, anchor, mask, must) is not None
 
     def emit(self, mask: int, hull: int) -> None:
-        if (hull ^ mask) & self.graph.compute_mask:
-            return  # not convex: the hull takes in another compute op
+        if (hull ^ mask) & self.graph.compute_mask or mask in self.seen:
+            return  # not convex (the hull takes in another compute op), or found by an earlier pass
         group = Group(self.graph, hull)
         if is_legal(group, self.hw, self.max_ops):
             self.masks.append(mask)
-            self.groups.append(group)
+            self.costs.append(objective(group, self.hw))
             if len(self.masks) >= self.max_candidates:
+                self.stopped.append("candidates")
                 raise _Stop
 
     def run(self, kind: str, anchor: int, universe: int, later: int) -> None:
@@ -185,17 +204,16 @@ class _Search:
         of ``kind`` around ``anchor`` (an op index, or an attention :class:`Pair`)."""
         g, adj = self.graph, self.adj
         stack = [state]
-        budget = self.states + MAX_STATES_PER_ANCHOR
         while stack:
             mask, ext, closed, below, above = stack.pop()
             self.states += 1
-            if self.states > budget:
+            if self.states > self.anchor_budget:
                 raise _AnchorFull
-            if self.states % 2048 == 0:
-                if self.deadline is not None and time.perf_counter() > self.deadline:
-                    raise _Stop
-                if self.tick is not None:
-                    self.tick(len(self.masks))
+            if self.states > self.max_states:
+                self.stopped.append("states")
+                raise _Stop
+            if self.states % 2048 == 0 and self.tick is not None:
+                self.tick(len(self.masks))
             addable = ext | (universe & later & ~closed)
             if kind != "reduction" and self.conflict(kind, anchor, mask, below, above, addable):
                 continue
@@ -215,36 +233,66 @@ class _Search:
             stack.extend(reversed(children))
 
 
-def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, deadline: float | None = None,
+def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: int = 10**9,
                          max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None) -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
-    the search passes ``deadline`` (a ``time.perf_counter()`` value) or finds
-    ``max_candidates`` groups: then ``complete`` is False. ``tick(candidates_so_far)``
-    is called now and then during long searches."""
+    a budget stops the search: ``max_states`` search states in all, ``max_candidates``
+    groups, or an anchor's cap of :data:`MAX_STATES_PER_ANCHOR`. The search runs in
+    passes: in each, every anchor still pending may visit the states left divided by
+    the anchors left, and those that need more are searched again in the next pass,
+    with larger shares. So an anchor whose search explodes (a wide fan-out) cannot
+    starve the others. When a budget stops the search, ``stopped`` says which. The
+    budgets count work, not seconds, so the result is the same on any machine.
+    ``tick(candidates_so_far)`` is called now and then during long searches."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, deadline, max_candidates, tick)
+    search = _Search(graph, hw, max_ops, max_states, max_candidates, tick)
+    try:
+        pending = _anchors(graph, search)
+        while pending:
+            pending = _searches(search, pending)
+    except _Stop:
+        pass
+    return Candidates(search.masks, search.costs, search.states, time.perf_counter() - begin, tuple(search.stopped))
+
+
+def _searches(search: _Search, anchors: list[tuple[Callable, tuple]]) -> list[tuple[Callable, tuple]]:
+    """One pass: each anchor's search gets an even share of the states left (at most
+    :data:`MAX_STATES_PER_ANCHOR`). Returns the anchors that overran a share below
+    that cap, to search again (what they found is kept, and not emitted twice)."""
+    overran = []
+    for n, (run, args) in enumerate(anchors):
+        share = min(MAX_STATES_PER_ANCHOR, (search.max_states - search.states) // (len(anchors) - n))
+        search.anchor_budget = search.states + max(1, share)
+        found = len(search.masks)
+        try:
+            run(*args)
+        except _AnchorFull:
+            if share < MAX_STATES_PER_ANCHOR:
+                search.seen.update(search.masks[found:])
+                overran.append((run, args))
+            elif "anchor" not in search.stopped:
+                search.stopped.append("anchor")
+    return overran
+
+
+def _anchors(graph: Graph, search: _Search) -> list[tuple[Callable, tuple]]:
+    """Each anchor's search (see the module docstring), in topological order."""
     pointwise = search.pointwise
     attention_pairs: dict[str, list[Pair]] = {}
     for p in pairs(graph):
         attention_pairs.setdefault(p.c1, []).append(p)
-    try:
-        for i in sorted(search.adj):
-            op = graph.ops[graph.order[i]]
-            later = ~((1 << (i + 1)) - 1)
-            try:
-                if pointwise >> i & 1:
-                    search.run("pointwise", i, pointwise, pointwise & later)
-                elif op.op_class == "contraction":
-                    search.run("contraction", i, pointwise | (1 << i), pointwise)
-                    for p in attention_pairs.get(op.name, ()):
-                        search.run_seeded(p, pointwise)
-                elif op.op_class == "reduction":
-                    same = graph.reduction_classes[graph.reduction_signature(op.name)]
-                    search.run("reduction", i, pointwise | same, pointwise | (same & later))
-                else:
-                    search.emit(1 << i, 1 << i)
-            except _AnchorFull:
-                search.complete = False
-    except _Stop:
-        search.complete = False
-    return Candidates(search.masks, search.groups, search.states, time.perf_counter() - begin, search.complete)
+    out: list[tuple[Callable, tuple]] = []
+    for i in sorted(search.adj):
+        op = graph.ops[graph.order[i]]
+        later = ~((1 << (i + 1)) - 1)
+        if pointwise >> i & 1:
+            out.append((search.run, ("pointwise", i, pointwise, pointwise & later)))
+        elif op.op_class == "contraction":
+            out.append((search.run, ("contraction", i, pointwise | (1 << i), pointwise)))
+            out += [(search.run_seeded, (p, pointwise)) for p in attention_pairs.get(op.name, ())]
+        elif op.op_class == "reduction":
+            same = graph.reduction_classes[graph.reduction_signature(op.name)]
+            out.append((search.run, ("reduction", i, pointwise | same, pointwise | (same & later))))
+        else:
+            out.append((search.emit, (1 << i, 1 << i)))
+    return out

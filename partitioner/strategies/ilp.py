@@ -9,18 +9,26 @@ legal plans. Convex groups can still form a cycle between groups; such a cycle i
 cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which keeps
 every bound valid.
 
-The solve is warm-started from the greedy plan (a complete hint, and the
-incumbent it has to beat), so it never returns anything costlier. CP-SAT runs on one worker with a fixed seed, which is
-deterministic: the same input gives the same plan whenever the solve finishes
-within its time limit. (On the graphs in ``graphs/`` one worker proves optimality
-as fast as two; CP-SAT's deterministic parallel mode, ``interleave_search``, was
-4-5x slower there.)
+Decomposition: the candidates fall into the connected components of their overlap
+(two are linked when they share an op). No candidate spans two components, so each
+is covered on its own, its optimum and bound add up to the plan's, and components
+with the same structure and costs (repeated layers, after relabelling their ops)
+are solved once. A cycle cut that runs through several components merges them.
+
+Each solve is warm-started from the greedy plan's groups (a complete hint, and the
+incumbent it has to beat), so the plan is never costlier than greedy's. Every
+budget counts work, not seconds: search states in the enumeration, CP-SAT's
+deterministic time in the solve, on one worker with a fixed seed. The same input
+and options give the same plan, status and bound on any machine under any load.
+(On the graphs in ``graphs/`` one worker proves optimality as fast as two;
+CP-SAT's deterministic parallel mode, ``interleave_search``, was 4-5x slower there.)
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
 import networkx as nx
 from ortools.sat.python import cp_model
@@ -32,15 +40,22 @@ from ..group import Group
 from ..hardware import Hardware
 from ..legality import hereditary_violation
 from .base import Options, Progress, Strategy, assemble
-from .candidates import enumerate_candidates
+from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
 
 DEFAULT_TIME_LIMIT_S = 60.0
-# Share of the time limit the candidate enumeration may use, and the most candidates
-# it may produce (the real graphs of graphs/ need at most ~29,000), so that building
-# and solving the model keep their time when a pathological graph cuts it short.
-ENUMERATION_SHARE = 0.5
-MAX_CANDIDATES = 100_000
+# The time limit is a work budget, never read off a clock, so that the same input gives
+# the same plan and status on any machine under any load: the enumeration may visit
+# STATES_PER_S search states per second of it, and CP-SAT may spend the whole limit in
+# its deterministic time (its own machine-independent work measure, about a second
+# each on this project's machine). STATES_PER_S is this machine's rate (2-core
+# development machine: 4,000-9,000 states a second on the corpus, the ladder and the
+# stress graphs of tests/test_strategies.py).
+STATES_PER_S = 10_000
+# The most candidates the enumeration may produce (the real graphs of graphs/ need at
+# most ~29,000; a full 32-layer Llama ~240,000), so that a pathological graph cannot
+# exhaust memory (each candidate costs ~1 kB here and about as much inside CP-SAT).
+MAX_CANDIDATES = 500_000
 WORKERS = 1
 
 
@@ -52,18 +67,24 @@ def _to_us(value: float, hw: Hardware) -> float:
 def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     """A valid lower bound on any legal plan's integer objective, from structure alone.
 
-    Every read graph input is read once, every output written once, and a tensor
-    whose producer and a reader can never share a group is written and read once.
     Launches: every gather or custom op is alone; a group holds one contraction, or
     two only as an attention group, whose pairs are disjoint (at most a maximum
-    matching of the attention pairs); and a reduction signature class with a
-    reduction outside every attention pair's softmax needs a reduction group of its own.
+    matching of the attention pairs); a reduction signature class with a reduction
+    outside every attention pair's softmax needs a reduction group of its own; and a
+    group holds at most ``max_ops`` compute ops. Call the larger count ``k``.
+
+    Bytes: every read graph input is read once, every output written once, plus the
+    larger of two counts of what crosses between groups. (a) A tensor whose producer
+    and a reader can never share a group is written and read once. (b) In a weakly
+    connected component the ``k_c`` groups are linked by at least ``k_c - 1``
+    producer-to-consumer pairs, each a read of a distinct (tensor, group) pair, so
+    there are ``k - components`` reads of at least the smallest read tensor, of at
+    least ``ceil((k - components) / most readers)`` distinct tensors, each written
+    once (less those already counted as outputs).
     """
     g = graph
-    bytes_ = 0
-    for base in g.inputs:
-        if g.storage_readers.get(base):
-            bytes_ += g.inputs[base].nbytes
+    reads = sum(g.inputs[base].nbytes for base in g.inputs if g.storage_readers.get(base))
+    split_bytes = outputs = 0
     for name in g.names(g.compute_mask):
         size = g.ops[name].out.nbytes
         readers = g.storage_readers.get(name, 0)
@@ -71,7 +92,23 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
             hereditary_violation(g, g.convex_hull((1 << g.index[name]) | (1 << g.index[r])), max_ops)
             for r in g.names(readers)
         )
-        bytes_ += size * (int(name in g.output_storages or split) + int(split))
+        outputs += size * (name in g.output_storages)
+        split_bytes += size * (int(name in g.output_storages or split) + int(split))
+    launches = _launch_bound(g, max_ops)
+    crossing = launches - _components(g)
+    chain_bytes = outputs
+    if crossing > 0:
+        read = [name for name in g.names(g.compute_mask) if g.storage_readers.get(name)]
+        smallest = min(g.ops[name].out.nbytes for name in read)
+        most_readers = max(g.storage_readers[name].bit_count() for name in read)
+        counted = sum(1 for name in read if name in g.output_storages)
+        chain_bytes += crossing * smallest + max(0, -(-crossing // most_readers) - counted) * smallest
+    launch = hw.launch_bytes
+    return launches * launch.numerator + (reads + max(split_bytes, chain_bytes)) * launch.denominator
+
+
+def _launch_bound(g: Graph, max_ops: int) -> int:
+    """Launches every legal plan makes (see :func:`structural_bound`)."""
     classes = g.class_masks
     pairs = attention.pairs(g)
     matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
@@ -81,17 +118,25 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     for p in pairs:
         in_softmax |= p.middle
     groups += sum(1 for mask in g.reduction_classes.values() if mask & ~in_softmax)
-    launch = hw.launch_bytes
-    return groups * launch.numerator + bytes_ * launch.denominator
+    return max(groups, -(-g.compute_mask.bit_count() // max_ops))
+
+
+def _components(g: Graph) -> int:
+    """Weakly connected components of the op graph that hold a compute op."""
+    return sum(1 for part in nx.weakly_connected_components(g.dag) if g.mask(part) & g.compute_mask)
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
-    """Forwards incumbents and bounds to a :data:`Progress` callback, at most twice a second."""
+    """Forwards incumbents and bounds to a :data:`Progress` callback, at most twice a
+    second. One part's objective is shown on top of ``offset`` (the other parts'
+    best plans) and its bound on top of ``bound_offset``."""
 
-    def __init__(self, report: Progress | None, hw: Hardware, start: float, best: int, phase: str = "solving"):
+    def __init__(self, report: Progress | None, hw: Hardware, start: float, best: int, phase: str,
+                 offset: int = 0, bound_offset: int = 0):
         super().__init__()
         self.report, self.hw, self.start, self.phase = report, hw, start, phase
         self.best, self.bound, self.last = best, -math.inf, 0.0
+        self.offset, self.bound_offset = offset, bound_offset
 
     def on_solution_callback(self) -> None:
         self.best = min(self.best, int(self.ObjectiveValue()))
@@ -106,8 +151,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         now = time.perf_counter()
         if self.report is not None and now - self.last >= 0.5:
             self.last = now
-            bound = _to_us(self.bound, self.hw) if self.bound > -math.inf else None
-            self.report(self.phase, _to_us(self.best, self.hw), bound, now - self.start)
+            bound = _to_us(self.bound + self.bound_offset, self.hw) if self.bound > -math.inf else None
+            self.report(self.phase, _to_us(self.best + self.offset, self.hw), bound, now - self.start)
 
 
 def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
@@ -123,6 +168,151 @@ def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
     return sorted({k for k, _ in cycle if k < len(chosen)})
 
 
+def overlap_components(masks: list[int]) -> list[list[int]]:
+    """Candidate positions grouped by the connected components of the candidates'
+    overlap (two candidates are linked when they share an op), in order of each
+    component's first op. No candidate spans two components, so each component's
+    exact cover can be chosen on its own and the plan's cost is their sum."""
+    parent: dict[int, int] = {}
+
+    def root(i: int) -> int:
+        while parent.setdefault(i, i) != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for mask in masks:
+        low = (mask & -mask).bit_length() - 1
+        rest = mask
+        while rest:
+            bit = rest & -rest
+            rest ^= bit
+            a, b = root(low), root(bit.bit_length() - 1)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    parts: dict[int, list[int]] = {}
+    for k, mask in enumerate(masks):
+        parts.setdefault(root((mask & -mask).bit_length() - 1), []).append(k)
+    return [parts[r] for r in sorted(parts)]
+
+
+@dataclass
+class _Part:
+    """One overlap component: its candidates (positions, sorted by their ops), the
+    cycle cuts it carries, and its last solve."""
+
+    members: list[int]
+    cuts: list[list[int]] = field(default_factory=list)
+    chosen: list[int] | None = None
+    cost: int = 0
+    bound: int = 0
+    optimal: bool = False
+
+
+class _Solver:
+    """Exact cover of each part with CP-SAT (see the module docstring), parts with the
+    same structure and costs solved once, under one deterministic-time budget."""
+
+    def __init__(self, graph: Graph, hw: Hardware, masks: list[int], costs: list[int], hint: set[int],
+                 use_hint: bool, limit: float, progress: Progress | None, start: float):
+        self.graph, self.hw, self.masks, self.costs = graph, hw, masks, costs
+        self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
+        self.budget = limit  # deterministic seconds left
+        self.solves = self.reused = 0
+        self.memo: dict[tuple, tuple[list[int], int, bool]] = {}
+        self.stopped = False
+
+    def key(self, part: _Part) -> tuple | None:
+        """The part's structure relabelled to local op positions, with its costs: two
+        parts with the same key have the same exact covers at the same costs."""
+        if part.cuts:
+            return None
+        union = 0
+        for k in part.members:
+            union |= self.masks[k]
+        local = {}
+        rest = union
+        while rest:
+            bit = rest & -rest
+            rest ^= bit
+            local[bit] = 1 << len(local)
+        out = []
+        for k in part.members:
+            m, rest = 0, self.masks[k]
+            while rest:
+                bit = rest & -rest
+                rest ^= bit
+                m |= local[bit]
+            out.append((m, self.costs[k]))
+        return tuple(out)
+
+    def solve(self, part: _Part, offset: int, bound_offset: int, phase: str) -> None:
+        """Sets ``part.chosen``/``cost``/``bound``/``optimal``; never worse than the hint."""
+        key = self.key(part)
+        if key is not None and key in self.memo:
+            local, bound, optimal = self.memo[key]
+            part.chosen = [part.members[p] for p in local]
+            part.cost, part.bound, part.optimal = sum(self.costs[k] for k in part.chosen), bound, optimal
+            self.reused += 1
+            return
+        hinted = [k for k in part.members if k in self.hint]
+        hint_cost = sum(self.costs[k] for k in hinted)
+        part.chosen, part.cost, part.bound, part.optimal = hinted, hint_cost, 0, False
+        if self.budget > 0:
+            self._cp_sat(part, hint_cost, offset, bound_offset, phase)
+        if key is not None:
+            position = {k: p for p, k in enumerate(part.members)}
+            self.memo[key] = ([position[k] for k in part.chosen], part.bound, part.optimal)
+
+    def _cp_sat(self, part: _Part, hint_cost: int, offset: int, bound_offset: int, phase: str) -> None:
+        model = cp_model.CpModel()
+        x = {k: model.NewBoolVar(f"g{k}") for k in part.members}
+        covers: dict[int, list[int]] = {}
+        for k in part.members:
+            mask = self.masks[k]
+            while mask:
+                low = mask & -mask
+                covers.setdefault(low.bit_length() - 1, []).append(k)
+                mask ^= low
+        for i in sorted(covers):
+            model.AddExactlyOne(x[k] for k in covers[i])
+        for cut in part.cuts:
+            model.Add(sum(x[k] for k in cut) <= len(cut) - 1)
+        model.Minimize(sum(self.costs[k] * x[k] for k in part.members))
+        if self.use_hint:
+            # a complete hint; over a cut-short candidate list, where greedy's groups were
+            # added by hand, the hint slowed CP-SAT down tenfold (measured), so none is given
+            for k, var in x.items():
+                model.AddHint(var, k in self.hint)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_deterministic_time = self.budget
+        solver.parameters.num_workers = WORKERS
+        solver.parameters.random_seed = 0
+        # Presolve costs 5-8x the search on these pure set-partitioning models
+        # (measured on graphs/: Llama 2L 5.3 s -> 0.6 s, GPT-2 12L 1.7 s -> 0.3 s).
+        solver.parameters.cp_model_presolve = False
+        # Probing likewise: 0.85 s -> 0.04 s on a ResNet-50 stage of 3,857 candidates,
+        # proving the same optimum.
+        solver.parameters.cp_model_probing_level = 0
+        callback = _Progress(self.progress, self.hw, self.start, hint_cost, phase, offset, bound_offset)
+        solver.best_bound_callback = callback.on_bound
+        result = solver.Solve(model, callback)
+        self.solves += 1
+        self.budget -= solver.deterministic_time
+        if result == cp_model.MODEL_INVALID:
+            raise RuntimeError(f"CP-SAT rejected the model: {model.Validate()}")
+        if result == cp_model.INFEASIBLE:
+            return  # only the cuts can do this; the hint stands and proves nothing
+        part.bound = max(0, math.ceil(solver.BestObjectiveBound() - 1e-6))
+        part.optimal = result == cp_model.OPTIMAL
+        self.stopped |= not part.optimal
+        if result in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            chosen = [k for k in part.members if solver.Value(x[k])]
+            cost = sum(self.costs[k] for k in chosen)
+            if cost < part.cost:
+                part.chosen, part.cost = chosen, cost
+
+
 class Ilp(Strategy):
     """Exact set partitioning (see module docstring)."""
 
@@ -131,86 +321,80 @@ class Ilp(Strategy):
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
         start = time.perf_counter()
         limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
-        deadline = start + limit
         warm = greedy_groups(graph, hw, options.max_ops)
-        warm_cost = sum(objective(Group(graph, graph.convex_hull(mask)), hw) for mask in warm)
+        warm_costs = [objective(Group(graph, graph.convex_hull(mask)), hw) for mask in warm]
+        warm_cost = sum(warm_costs)
+        bound = structural_bound(graph, hw, options.max_ops)
+        if bound >= warm_cost:  # the warm start meets a lower bound: proven, nothing to search
+            return assemble(graph, warm), {"status": "OPTIMAL", "bound_us": _to_us(warm_cost, hw), "gap": 0.0,
+                                           "details": {"candidates": 0, "proof": "structural bound"}}
         enumerating = _Progress(options.progress, hw, start, warm_cost, "enumerating")
-        cands = enumerate_candidates(graph, hw, options.max_ops, deadline=start + ENUMERATION_SHARE * limit,
+        cands = enumerate_candidates(graph, hw, options.max_ops, max_states=max(1, int(STATES_PER_S * limit)),
                                      max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick())
-        masks = list(cands.masks)
-        costs = [objective(group, hw) for group in cands.groups]
+        masks, costs = list(cands.masks), list(cands.costs)
         position = {mask: k for k, mask in enumerate(masks)}
-        for mask in warm:
+        for mask, cost in zip(warm, warm_costs):
             if mask not in position:  # only when the enumeration stopped early
                 position[mask] = len(masks)
                 masks.append(mask)
-                costs.append(objective(Group(graph, graph.convex_hull(mask)), hw))
-        best = [position[mask] for mask in warm]
-        best_cost = warm_cost
-        bound = structural_bound(graph, hw, options.max_ops)
-
-        model = cp_model.CpModel()
-        x = [model.NewBoolVar(f"g{k}") for k in range(len(masks))]
-        covers: dict[int, list[int]] = {}
-        for k, mask in enumerate(masks):
-            while mask:
-                low = mask & -mask
-                covers.setdefault(low.bit_length() - 1, []).append(k)
-                mask ^= low
-        for i in sorted(covers):
-            model.AddExactlyOne(x[k] for k in covers[i])
-        model.Minimize(sum(c * v for c, v in zip(costs, x)))
-
-        status, cuts, solves = "FEASIBLE", 0, 0
-        while time.perf_counter() < deadline:
-            model.ClearHints()
-            if cands.complete:
-                # a complete hint; over a cut-short candidate list, where greedy's groups were
-                # added by hand, the hint slowed CP-SAT down tenfold (measured), so none is given
-                chosen_best = set(best)
-                for k, var in enumerate(x):
-                    model.AddHint(var, k in chosen_best)
-            solver = cp_model.CpSolver()
-            solver.parameters.max_time_in_seconds = max(0.1, deadline - time.perf_counter())
-            solver.parameters.num_workers = WORKERS
-            solver.parameters.random_seed = 0
-            # Presolve costs 5-8x the search on these pure set-partitioning models
-            # (measured on graphs/: Llama 2L 5.3 s -> 0.6 s, GPT-2 12L 1.7 s -> 0.3 s).
-            solver.parameters.cp_model_presolve = False
-            callback = _Progress(options.progress, hw, start, best_cost)
-            solver.best_bound_callback = callback.on_bound
-            result = solver.Solve(model, callback)
-            solves += 1
-            if result == cp_model.MODEL_INVALID:
-                raise RuntimeError(f"CP-SAT rejected the model: {model.Validate()}")
-            if cands.complete and result != cp_model.INFEASIBLE:
-                # valid even without a solution: every legal plan is a solution of this model
-                bound = max(bound, math.ceil(solver.BestObjectiveBound() - 1e-6))
-            if result not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-                break
-            chosen = [k for k in range(len(masks)) if solver.Value(x[k])]
+                costs.append(cost)
+        hint = {position[mask] for mask in warm}
+        solver = _Solver(graph, hw, masks, costs, hint, cands.complete, limit, options.progress, start)
+        parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
+        best, best_cost, cuts = sorted(hint), warm_cost, 0
+        while True:
+            # the other parts' best costs (or warm start, before their solve) frame one part's progress
+            estimate = [p.cost if p.chosen is not None else _hint_cost(p, costs, hint) for p in parts]
+            later, done_cost, done_bound = sum(estimate), 0, 0
+            for n, part in enumerate(parts):
+                later -= estimate[n]
+                if part.chosen is None:
+                    solver.solve(part, done_cost + later, done_bound, f"solving part {n + 1}/{len(parts)}")
+                done_cost += part.cost
+                done_bound += part.bound
+            chosen = [k for part in parts for k in part.chosen]
             cycle = _find_cycle(graph, [masks[k] for k in chosen])
-            if cycle is not None:
-                model.Add(sum(x[chosen[p]] for p in cycle) <= len(cycle) - 1)
-                cuts += 1
-                continue
-            cost = sum(costs[k] for k in chosen)
-            if cost < best_cost:
-                best, best_cost = chosen, cost
-            if result == cp_model.OPTIMAL and cands.complete:
-                status = "OPTIMAL"
-            break
-        if status != "OPTIMAL" and best_cost == warm_cost:
-            status = "GREEDY"
+            if cycle is None:
+                if done_cost < best_cost:
+                    best, best_cost = chosen, done_cost
+                break
+            if solver.budget <= 0:
+                break
+            parts = _cut(parts, [chosen[p] for p in cycle])
+            cuts += 1
+        complete = cands.complete and all(p.optimal for p in parts) and best == chosen
+        if cands.complete:
+            bound = max(bound, sum(p.bound for p in parts))
         bound = min(bound, best_cost)
-        bound_us = _to_us(bound, hw)
+        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm_cost else "GREEDY"
+        stopped = [STOPPED_BY[s] for s in cands.stopped]
+        if solver.stopped or solver.budget <= 0 and status != "OPTIMAL":
+            stopped.append("the solver's time limit (--time-limit, deterministic)")
         details = {
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
+            "enumeration_states": cands.states,
             "enumeration_s": round(cands.seconds, 3),
+            "parts": len(parts),
+            "parts_reused": solver.reused,
             "cycle_cuts": cuts,
-            "solves": solves,
+            "solves": solver.solves,
         }
+        if status != "OPTIMAL":
+            details["stopped_by"] = stopped
         groups = assemble(graph, [masks[k] for k in best])
         gap = 0.0 if best_cost == 0 else (best_cost - bound) / best_cost
-        return groups, {"status": status, "bound_us": bound_us, "gap": gap, "details": details}
+        return groups, {"status": status, "bound_us": _to_us(bound, hw), "gap": gap, "details": details}
+
+
+def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:
+    """The warm start's cost over one part."""
+    return sum(costs[k] for k in part.members if k in hint)
+
+
+def _cut(parts: list[_Part], cycle: list[int]) -> list[_Part]:
+    """``parts`` with a cut forbidding the candidates of ``cycle`` together: added to
+    its part, or to one part merged from the parts the cycle runs through."""
+    touched = [p for p in parts if set(p.members) & set(cycle)]
+    merged = _Part(sorted(k for p in touched for k in p.members), [c for p in touched for c in p.cuts] + [cycle])
+    return sorted([p for p in parts if p not in touched] + [merged], key=lambda p: min(p.members))
