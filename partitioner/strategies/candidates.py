@@ -120,6 +120,7 @@ class _Search:
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
         self.pointwise &= graph.compute_mask
         self.hull_ok: dict[int, bool] = {}
+        self.leaking: dict[tuple[int, int], bool] = {}
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.states = 0
@@ -163,9 +164,45 @@ class _Search:
 
     def conflict(self, kind: str, anchor, mask: int, below: int, above: int, addable: int) -> bool:
         """Whether no set of this branch can be legal: the values it must write already
-        break a rule of its kind (``legality.written_violation``)."""
-        must = {self.graph.order[i] for i in self.must_writes(mask, below, above, addable)}
-        return written_violation(self.graph, kind, anchor, mask, must) is not None
+        break a rule of its kind (``legality.written_violation``), or, for a pointwise
+        set, they leave with one element count and a member is bound to make another
+        leave (:meth:`leaks`)."""
+        g = self.graph
+        must = {g.order[i] for i in self.must_writes(mask, below, above, addable)}
+        if written_violation(g, kind, anchor, mask, must) is not None:
+            return True
+        if kind != "pointwise" or not must:
+            return False
+        numel = g.tensor(next(iter(must))).numel
+        return any(self.leaks(i, numel) for i in _bits(mask))
+
+    def leaks(self, i: int, numel: int) -> bool:
+        """Whether every pointwise group holding op ``i`` has a value of other than
+        ``numel`` elements leave it (written, or a sink). So it is when op ``i``'s own
+        count differs and it must be written (a graph output, unread, or read by an op
+        no pointwise group holds), or one of its readers leaks: a group that does not
+        write op ``i`` holds all its readers. Memoised; iterative, for long chains."""
+        g, memo = self.graph, self.leaking
+        stack = [i]
+        while stack:
+            j = stack[-1]
+            if (j, numel) in memo:
+                stack.pop()
+                continue
+            name = g.order[j]
+            readers = g.storage_readers.get(name, 0)
+            if g.tensor(name).numel == numel:
+                memo[j, numel] = False
+            elif name in g.output_storages or not readers or readers & ~self.pointwise:
+                memo[j, numel] = True
+            else:
+                pending = [r for r in _bits(readers) if (r, numel) not in memo]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                memo[j, numel] = any(memo[r, numel] for r in _bits(readers))
+            stack.pop()
+        return memo[i, numel]
 
     def emit(self, mask: int, hull: int) -> None:
         if (hull ^ mask) & self.graph.compute_mask or mask in self.seen:
@@ -231,6 +268,16 @@ class _Search:
             # the first child excludes the fewest ops: explore it first, so that large
             # groups are found early even when a budget cuts the search short
             stack.extend(reversed(children))
+
+
+def _bits(mask: int) -> list[int]:
+    """Indices of the set bits of ``mask``, ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: int = 10**9,
