@@ -4,8 +4,8 @@ Run: python benchmarks/plan_times.py [--hardware h100] [--time-limit 60]
      python benchmarks/plan_times.py --ladder [--cache /tmp/ladder]
 
 The default prints every strategy's modelled time on every graph in graphs/. With
-``--ladder`` it plans GPT-2 at 1-48 layers, a full 32-layer Llama-7B, BERT-large
-and ResNet-101/152 (exported by ``graphs/export_models.py --ladder`` into the cache
+``--ladder`` it plans GPT-2 at 1-48 layers, a full 32-layer Llama-7B, BERT-large,
+ResNet-101/152, and 2-layer Phi-2, Phi-3 and Swin (exported by ``graphs/export_models.py --ladder`` into the cache
 folder when missing; that needs the corpus extra) and prints ops, candidates,
 status, gap, CPU seconds, peak RSS and the ratio to the previous rung of the same
 family. Each graph is planned in a fresh process, so that peak RSS is its own.
@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LADDER = [*(f"gpt2_{n}l_b8_s1024_f16" for n in (1, 2, 4, 8, 12, 24, 48)), "bert_large_24l_b32_s128_f16",
-          "resnet101_b32_f16", "resnet152_b32_f16", "llama7b_32l_b4_s2048_bf16"]
+          "resnet101_b32_f16", "resnet152_b32_f16", "llama7b_32l_b4_s2048_bf16", "phi2_2l_b4_s2048_f16",
+          "phi3_2l_b4_s2048_bf16", "swin_2l_b32_f16"]
 
 
 def corpus(args: argparse.Namespace) -> None:

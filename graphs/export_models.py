@@ -90,6 +90,14 @@ LADDER = [
           "float16", "float16"),
     Model("resnet152_b32_f16", "ResNetModel", "ResNetConfig", {"depths": [3, 8, 36, 3]}, (32, 3, 224, 224),
           "float16", "float16"),
+    # models a new user brings (the defaults of PhiConfig, Phi3Config and SwinConfig are
+    # Phi-2, Phi-3-mini and Swin-T), at 2 layers
+    Model("phi2_2l_b4_s2048_f16", "PhiModel", "PhiConfig", {"num_hidden_layers": 2, **_DECODER}, (4, 2048), "int64",
+          "float16"),
+    Model("phi3_2l_b4_s2048_bf16", "Phi3Model", "Phi3Config", {"num_hidden_layers": 2, **_DECODER}, (4, 2048),
+          "int64", "bfloat16"),
+    Model("swin_2l_b32_f16", "SwinModel", "SwinConfig", {"depths": [1, 1], "num_heads": [3, 6]}, (32, 3, 224, 224),
+          "float16", "float16"),
 ]
 
 

@@ -224,10 +224,11 @@ class Graph:
             bits |= 1 << self.index[name]
         return bits
 
-    def names(self, mask: int) -> list[str]:
-        """Op names of a bitset, in topological order."""
+    def names(self, mask: int, limit: int | None = None) -> list[str]:
+        """Op names of a bitset, in topological order (the first ``limit`` of them, if given:
+        each costs a pass over the whole bitset)."""
         out = []
-        while mask:
+        while mask and len(out) != limit:
             low = mask & -mask
             out.append(self.order[low.bit_length() - 1])
             mask ^= low

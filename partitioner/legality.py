@@ -141,7 +141,7 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
 def _contraction_violation(g: Graph, contractions: int, reductions: int) -> IllegalPlan | None:
     """Contractions and reductions together: legal only inside an attention group, so a
     set is beyond repair unless its contractions and reductions all fit one attention pair."""
-    names = g.names(contractions)
+    names = g.names(contractions, limit=3)  # a hull across layers holds hundreds
     if len(names) > 2 or len(names) == 2 and not g.descendants_mask[g.index[names[0]]] >> g.index[names[1]] & 1:
         return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions",
                            tuple(names[:2]))

@@ -86,15 +86,15 @@ def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(mon
     from partitioner.strategies import candidates
 
     table_states = []
-    run = candidates._Search.run
+    search = candidates._Search.search
 
-    def counted(self, kind, anchor, universe, later):
+    def counted(self, job):
         before = self.states
-        run(self, kind, anchor, universe, later)
-        if anchor == graph.index["table"]:
+        search(self, job)
+        if job.anchor == graph.index["table"] and job.kind == "pointwise":
             table_states.append(self.states - before)
 
-    monkeypatch.setattr(candidates._Search, "run", counted)
+    monkeypatch.setattr(candidates._Search, "search", counted)
     pruned = enumerate_candidates(graph, H100, 64)
     assert set(pruned.masks) == legal_groups(graph)
     monkeypatch.setattr(candidates._Search, "leaks", lambda self, i, numel: False)

@@ -55,6 +55,19 @@ class _AnchorFull(Exception):
     """One anchor's search reached its share of states (the rest of the search goes on)."""
 
 
+@dataclass
+class _Job:
+    """One anchor's search, resumable: its DFS ``stack`` of states left to visit, and
+    the ``states`` it has visited so far. Kind ``alone`` emits its one op."""
+
+    kind: str
+    anchor: "int | Pair"
+    stack: list
+    universe: int
+    later: int
+    states: int = 0
+
+
 # States one anchor may visit (the real graphs of graphs/ need at most ~37,000), so that
 # a pathological fan-out cannot starve the other anchors; past it the enumeration is
 # incomplete and the ILP says so.
@@ -125,7 +138,6 @@ class _Search:
         self.costs: list[int] = []
         self.states = 0
         self.anchor_budget = max_states  # set per anchor by enumerate_candidates
-        self.seen: set[int] = set()  # candidates of anchors to be searched again
         self.stopped: list[str] = []
 
     def viable(self, hull: int) -> bool:
@@ -205,8 +217,8 @@ class _Search:
         return memo[i, numel]
 
     def emit(self, mask: int, hull: int) -> None:
-        if (hull ^ mask) & self.graph.compute_mask or mask in self.seen:
-            return  # not convex (the hull takes in another compute op), or found by an earlier pass
+        if (hull ^ mask) & self.graph.compute_mask:
+            return  # not convex: the hull takes in another compute op
         group = Group(self.graph, hull)
         if is_legal(group, self.hw, self.max_ops):
             self.masks.append(mask)
@@ -215,14 +227,14 @@ class _Search:
                 self.stopped.append("candidates")
                 raise _Stop
 
-    def run(self, kind: str, anchor: int, universe: int, later: int) -> None:
+    def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
         """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
         g = self.graph
         start = self.adj[anchor] & universe
-        self.search(kind, anchor, (1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
-                                   g.ancestors_mask[anchor]), universe, later)
+        return _Job(kind, anchor, [(1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
+                                    g.ancestors_mask[anchor])], universe, later)
 
-    def run_seeded(self, p: Pair, universe: int) -> None:
+    def seeded_job(self, p: Pair, universe: int) -> _Job:
         """ESU from the attention pair ``p``'s seed (its two contractions and every
         compute op between them) as one anchor vertex, over ``universe``."""
         g = self.graph
@@ -234,21 +246,23 @@ class _Search:
             below |= g.descendants_mask[i]
             above |= g.ancestors_mask[i]
         start = near & universe & ~seed
-        self.search("attention", p, (seed, start, start | seed, below, above), universe, -1)
+        return _Job("attention", p, [(seed, start, start | seed, below, above)], universe, -1)
 
-    def search(self, kind: str, anchor: int | Pair, state: tuple, universe: int, later: int) -> None:
-        """The ESU loop from ``state`` (mask, extension, closed, below, above) for groups
-        of ``kind`` around ``anchor`` (an op index, or an attention :class:`Pair`)."""
+    def search(self, job: _Job) -> None:
+        """The ESU loop over ``job.stack`` (states: mask, extension, closed, below,
+        above) for groups of ``job.kind`` around ``job.anchor`` (an op index, or an
+        attention :class:`Pair`). Stops with :class:`_AnchorFull` before a state past
+        the anchor's share, leaving the job resumable."""
+        kind, anchor, stack, universe, later = job.kind, job.anchor, job.stack, job.universe, job.later
         g, adj = self.graph, self.adj
-        stack = [state]
         while stack:
-            mask, ext, closed, below, above = stack.pop()
-            self.states += 1
-            if self.states > self.anchor_budget:
+            if self.states >= self.anchor_budget:
                 raise _AnchorFull
-            if self.states > self.max_states:
+            if self.states >= self.max_states:
                 self.stopped.append("states")
                 raise _Stop
+            mask, ext, closed, below, above = stack.pop()
+            self.states += 1
             if self.states % 2048 == 0 and self.tick is not None:
                 self.tick(len(self.masks))
             addable = ext | (universe & later & ~closed)
@@ -286,8 +300,8 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: i
     a budget stops the search: ``max_states`` search states in all, ``max_candidates``
     groups, or an anchor's cap of :data:`MAX_STATES_PER_ANCHOR`. The search runs in
     passes: in each, every anchor still pending may visit the states left divided by
-    the anchors left, and those that need more are searched again in the next pass,
-    with larger shares. So an anchor whose search explodes (a wide fan-out) cannot
+    the anchors left, and those that need more resume in the next pass, where the
+    shares are larger. So an anchor whose search explodes (a wide fan-out) cannot
     starve the others. When a budget stops the search, ``stopped`` says which. The
     budgets count work, not seconds, so the result is the same on any machine.
     ``tick(candidates_so_far)`` is called now and then during long searches."""
@@ -302,44 +316,47 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: i
     return Candidates(search.masks, search.costs, search.states, time.perf_counter() - begin, tuple(search.stopped))
 
 
-def _searches(search: _Search, anchors: list[tuple[Callable, tuple]]) -> list[tuple[Callable, tuple]]:
-    """One pass: each anchor's search gets an even share of the states left (at most
-    :data:`MAX_STATES_PER_ANCHOR`). Returns the anchors that overran a share below
-    that cap, to search again (what they found is kept, and not emitted twice)."""
+def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
+    """One pass: each anchor's search goes on for an even share of the states left (at
+    most :data:`MAX_STATES_PER_ANCHOR` in all). Returns those that overran their
+    share below that cap, to resume in the next pass."""
     overran = []
-    for n, (run, args) in enumerate(anchors):
-        share = min(MAX_STATES_PER_ANCHOR, (search.max_states - search.states) // (len(anchors) - n))
-        search.anchor_budget = search.states + max(1, share)
-        found = len(search.masks)
+    for n, job in enumerate(jobs):
+        share = (search.max_states - search.states) // (len(jobs) - n)
+        search.anchor_budget = search.states + max(1, min(MAX_STATES_PER_ANCHOR - job.states, share))
+        before = search.states
         try:
-            run(*args)
+            if job.kind == "alone":
+                search.emit(job.stack[0], job.stack[0])
+            else:
+                search.search(job)
         except _AnchorFull:
-            if share < MAX_STATES_PER_ANCHOR:
-                search.seen.update(search.masks[found:])
-                overran.append((run, args))
+            job.states += search.states - before
+            if job.states < MAX_STATES_PER_ANCHOR:
+                overran.append(job)
             elif "anchor" not in search.stopped:
                 search.stopped.append("anchor")
     return overran
 
 
-def _anchors(graph: Graph, search: _Search) -> list[tuple[Callable, tuple]]:
+def _anchors(graph: Graph, search: _Search) -> list[_Job]:
     """Each anchor's search (see the module docstring), in topological order."""
     pointwise = search.pointwise
     attention_pairs: dict[str, list[Pair]] = {}
     for p in pairs(graph):
         attention_pairs.setdefault(p.c1, []).append(p)
-    out: list[tuple[Callable, tuple]] = []
+    out: list[_Job] = []
     for i in sorted(search.adj):
         op = graph.ops[graph.order[i]]
         later = ~((1 << (i + 1)) - 1)
         if pointwise >> i & 1:
-            out.append((search.run, ("pointwise", i, pointwise, pointwise & later)))
+            out.append(search.job("pointwise", i, pointwise, pointwise & later))
         elif op.op_class == "contraction":
-            out.append((search.run, ("contraction", i, pointwise | (1 << i), pointwise)))
-            out += [(search.run_seeded, (p, pointwise)) for p in attention_pairs.get(op.name, ())]
+            out.append(search.job("contraction", i, pointwise | (1 << i), pointwise))
+            out += [search.seeded_job(p, pointwise) for p in attention_pairs.get(op.name, ())]
         elif op.op_class == "reduction":
             same = graph.reduction_classes[graph.reduction_signature(op.name)]
-            out.append((search.run, ("reduction", i, pointwise | same, pointwise | (same & later))))
+            out.append(search.job("reduction", i, pointwise | same, pointwise | (same & later)))
         else:
-            out.append((search.emit, (1 << i, 1 << i)))
+            out.append(_Job("alone", i, [1 << i], 0, 0))
     return out
