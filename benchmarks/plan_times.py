@@ -94,8 +94,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/partitioner-ladder"),
                         help="where the ladder's graphs are exported (default /tmp/partitioner-ladder)")
     args = parser.parse_args()
+    measured = "CPU seconds and peak RSS" if args.ladder else "planning wall times"
     print(f"hardware {args.hardware}; machine: {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}; us are modelled, CPU seconds and RSS measured in this run\n")
+          f"Python {platform.python_version()}; us are modelled, {measured} measured in this run\n")
     (ladder if args.ladder else corpus)(args)
 
 

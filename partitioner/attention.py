@@ -306,11 +306,13 @@ def _pair(g: Graph, c1_name: str, c2_name: str) -> Pair:
         raise _fail("operand", f"the second operand of '{c2_name}' depends on the scores '{c1_name}'", names)
     if p_tensor != c1_name and not (g.producer(p_tensor) and middle >> g.index[p_tensor] & 1):
         raise _fail("operand", f"the first operand of '{c2_name}' does not depend on the scores '{c1_name}'", names)
+    between = middle & g.class_masks.get("contraction", 0)
+    if between:  # checked first: contractions layers apart have most of the graph between them
+        name = g.names(between, limit=1)[0]
+        raise IllegalPlan("contraction.multiple", f"contraction '{name}' lies between '{c1_name}' and "
+                          f"'{c2_name}'", (c1_name, name, c2_name))
     for name in g.names(middle):
         op = g.ops[name]
-        if op.op_class == "contraction":
-            raise IllegalPlan("contraction.multiple", f"contraction '{name}' lies between '{c1_name}' and "
-                              f"'{c2_name}'", (c1_name, name, c2_name))
         ins = analysis.dependent(op)
         if op.op_class in ("injective", "gather", "opaque") and not op.is_view or not analysis.check_layout(op, ins):
             raise _fail("score_layout", f"{op.kind} '{name}' moves score elements or combines them at other "

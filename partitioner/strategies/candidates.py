@@ -30,7 +30,14 @@ A branch of the search is cut only when no set in it can be legal:
   a graph output, or read by an op the branch can no longer add) already break a
   rule of its kind that only grows with the group (``legality.written_violation``:
   a pointwise group's one iteration space; a contraction's epilogue, written
-  prologue and side values; an attention group's epilogue and written feeders).
+  prologue and side values; an attention group's epilogue and written feeders);
+* in a pointwise set, the must-write values leave at one element count and a
+  member *leaks* another: every pointwise group holding it has a value of another
+  count leave (it must be written, or one of its readers leaks). So a small table
+  every layer reads (RoPE's cos and sin) is not grown into each layer's prologue.
+
+Each anchor's search is a resumable job; the state budget is shared out in passes
+(``enumerate_candidates``).
 """
 
 from __future__ import annotations
