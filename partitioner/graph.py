@@ -18,6 +18,16 @@ from .dtypes import Literal
 from .ops import REGISTRY, OpSpec, TensorType, normalize_axes
 
 
+def bits(mask: int) -> list[int]:
+    """Indices of the set bits of ``mask`` (op positions of a bitset), ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
+
+
 @dataclass(frozen=True)
 class Op:
     """One primitive op; its result is the tensor of the same name.

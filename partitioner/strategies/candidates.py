@@ -48,7 +48,7 @@ from typing import Callable
 
 from ..attention import Pair, pairs
 from ..cost import objective
-from ..graph import Graph
+from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
 from ..legality import hereditary_violation, is_legal, written_violation
@@ -144,7 +144,7 @@ class _Search:
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.states = 0
-        self.anchor_budget = max_states  # set per anchor by enumerate_candidates
+        self.anchor_budget = max_states  # set for each anchor by _searches
         self.stopped: list[str] = []
 
     def viable(self, hull: int) -> bool:
@@ -193,7 +193,7 @@ class _Search:
         if kind != "pointwise" or not must:
             return False
         numel = g.tensor(next(iter(must))).numel
-        return any(self.leaks(i, numel) for i in _bits(mask))
+        return any(self.leaks(i, numel) for i in bits(mask))
 
     def leaks(self, i: int, numel: int) -> bool:
         """Whether every pointwise group holding op ``i`` has a value of other than
@@ -215,11 +215,11 @@ class _Search:
             elif name in g.output_storages or not readers or readers & ~self.pointwise:
                 memo[j, numel] = True
             else:
-                pending = [r for r in _bits(readers) if (r, numel) not in memo]
+                pending = [r for r in bits(readers) if (r, numel) not in memo]
                 if pending:
                     stack.extend(pending)
                     continue
-                memo[j, numel] = any(memo[r, numel] for r in _bits(readers))
+                memo[j, numel] = any(memo[r, numel] for r in bits(readers))
             stack.pop()
         return memo[i, numel]
 
@@ -289,16 +289,6 @@ class _Search:
             # the first child excludes the fewest ops: explore it first, so that large
             # groups are found early even when a budget cuts the search short
             stack.extend(reversed(children))
-
-
-def _bits(mask: int) -> list[int]:
-    """Indices of the set bits of ``mask``, ascending."""
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: int = 10**9,

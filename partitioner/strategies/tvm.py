@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..graph import Graph
+from ..graph import Graph, bits
 from ..hardware import Hardware
 from .base import Options, Strategy, assemble
 from .merging import Merging
@@ -204,7 +204,7 @@ class _Partitioner:
             mask |= self.mask[r]
         if mask.bit_count() > self.max_depth:
             return
-        ids = sorted({self.state.owner[i] for i in _bits(mask)})
+        ids = sorted({self.state.owner[i] for i in bits(mask)})
         if len(ids) > 1 and self.state.mergeable(ids) is None:
             return
         if len(ids) > 1:
@@ -260,15 +260,6 @@ def _into_anchor(kind: int, is_sink: bool) -> bool:
     if not is_sink:
         return kind <= INJECTIVE
     return kind <= BROADCAST or kind in (COMM_REDUCE, INJECTIVE, OUT_EWISE_FUSABLE)
-
-
-def _bits(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
-    return out
 
 
 def tvm_groups(graph: Graph, hw: Hardware, max_depth: int) -> list[int]:
