@@ -50,7 +50,7 @@ DEFAULT_TIME_LIMIT_S = 60.0
 # its deterministic time (its own machine-independent work measure, about a second
 # each on this project's machine). STATES_PER_S is about this machine's rate (2-core
 # development machine: 2,300 states a second on 14 sibling slices, where every state
-# is a legal group to check, to 16,000 on GPT-2 24L).
+# is a legal group to check, to 12,000 on GPT-2 24L).
 STATES_PER_S = 10_000
 # The most candidates the enumeration may produce (the real graphs of graphs/ need at
 # most ~29,000; a full 32-layer Llama ~240,000), so that a pathological graph cannot
