@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", default="h100",
                    help=f"profile name ({', '.join(PROFILES)}) or a profile .yaml file (default h100)")
     p.add_argument("--time-limit", type=float, metavar="S",
-                   help="ILP work budget in nominal seconds (default 60): 10,000 enumeration states and one "
+                   help="ILP work budget in nominal seconds (default 60): 100,000 units of search work and one "
                    "CP-SAT deterministic second per second; the same plan on any machine")
     p.add_argument("--max-ops", type=int, default=DEFAULT_MAX_OPS, metavar="N",
                    help=f"cap on ops per group (default {DEFAULT_MAX_OPS})")

@@ -103,8 +103,8 @@ def _chain(n: int) -> dict:
                                   _fan_in(32), _chain(2000)], ids=lambda s: s["name"])
 def test_stress_graphs_are_proven_optimal(spec):
     """Wide sibling sets, a fan-out summed back, and a chain past the op cap: the
-    enumeration cannot finish (2^48 connected sets; 5,000 states here), yet every
-    anchor gets its share of the states, the one-kernel (or op-cap) plan is found,
+    enumeration cannot finish (2^48 connected sets; 100,000 units of work here), yet every
+    anchor gets its share of the work, the one-kernel (or op-cap) plan is found,
     and the structural bound, which counts every launch and crossing tensor the plan
     must make, proves it: OPTIMAL with gap 0."""
     graph = load_graph(spec)
@@ -121,19 +121,19 @@ def test_unproven_plans_name_the_budget_that_stopped_them():
     plan = partition(graph, "ilp", time_limit=0.5)
     assert plan.solver.status != "OPTIMAL" and plan.solver.details["stopped_by"]
     assert set(plan.solver.details["stopped_by"]) <= {
-        "the state budget (--time-limit)", "an anchor's share of the states (at most 200,000)",
+        "the search budget (--time-limit)", "an anchor's cap (2,000,000 units of search work)",
         "the candidate cap", "the solver's time limit (--time-limit, deterministic)"}
     assert "unproven  stopped by " in text_report(plan)
 
 
 def test_same_input_and_budget_give_the_same_plan_and_status():
-    """Budgets count states and deterministic time, never seconds: a cut-short solve
+    """Budgets count search work and deterministic time, never seconds: a cut-short solve
     is as repeatable as a proven one."""
     graph = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
     first, second = (partition(graph, "ilp", time_limit=1.0) for _ in range(2))
     assert first.groups == second.groups
-    assert (first.solver.status, first.solver.bound_us, first.solver.details["enumeration_states"]) == \
-        (second.solver.status, second.solver.bound_us, second.solver.details["enumeration_states"])
+    assert (first.solver.status, first.solver.bound_us, first.solver.details["enumeration_work"]) == \
+        (second.solver.status, second.solver.bound_us, second.solver.details["enumeration_work"])
 
 
 def test_repeated_independent_parts_are_solved_once():

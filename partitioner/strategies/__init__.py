@@ -37,7 +37,8 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
         A profile name (``h100``, ``h200``, ``a100``), a profile file, or a :class:`Hardware`.
     time_limit : float or None
         The ILP's work budget in nominal seconds (``None``: its default, 60): the
-        candidate enumeration may visit 10,000 search states per second of it and
+        candidate enumeration may do 100,000 units of search work (a state, a hull
+        checked, 30 for a legal group) per second of it and
         CP-SAT may spend it in deterministic time, so the same input gives the same
         plan on any machine. When it runs out the best plan found is returned with
         its lower bound, gap and ``details["stopped_by"]``.

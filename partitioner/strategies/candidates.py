@@ -65,26 +65,31 @@ class _AnchorFull(Exception):
 @dataclass
 class _Job:
     """One anchor's search, resumable: its DFS ``stack`` of states left to visit, and
-    the ``states`` it has visited so far. Kind ``alone`` emits its one op."""
+    the ``work`` it has done so far. Kind ``alone`` emits its one op."""
 
     kind: str
     anchor: "int | Pair"
     stack: list
     universe: int
     later: int
-    states: int = 0
+    work: int = 0
 
 
-# States one anchor may visit (the real graphs of graphs/ need at most ~37,000), so that
-# a pathological fan-out cannot starve the other anchors; past it the enumeration is
+# The search's work, in units of about the same CPU time each (2-core development
+# machine: 6-13 us a unit on the corpus, the ladder and 14 sibling slices, where a state
+# alone costs 60-430 us): a state visited, a hull checked, and, weighted by what checking
+# and pricing a group costs, a legal group emitted.
+CANDIDATE_WORK = 30
+# Work one anchor may do (the real graphs of graphs/ need at most ~500,000), so that a
+# pathological fan-out cannot starve the other anchors; past it the enumeration is
 # incomplete and the ILP says so.
-MAX_STATES_PER_ANCHOR = 200_000
+MAX_WORK_PER_ANCHOR = 2_000_000
 
 #: Why an enumeration stopped short (``Candidates.stopped``), as the report words it.
 STOPPED_BY = {
-    "states": "the state budget (--time-limit)",
+    "work": "the search budget (--time-limit)",
     "candidates": "the candidate cap",
-    "anchor": f"an anchor's share of the states (at most {MAX_STATES_PER_ANCHOR:,})",
+    "anchor": f"an anchor's cap ({MAX_WORK_PER_ANCHOR:,} units of search work)",
 }
 
 
@@ -96,13 +101,15 @@ class Candidates:
     ``complete`` is False when the search stopped at a budget, each named in ``stopped``
     (keys of :data:`STOPPED_BY`, in the order they were hit): then the list holds
     only the candidates found so far and no optimality claim can rest on it.
-    ``states`` counts the search states visited; ``seconds`` is measured wall time,
-    for reports only (no budget reads it).
+    ``states`` counts the search states visited and ``work`` the search's work
+    (:data:`CANDIDATE_WORK`); ``seconds`` is measured wall time, for reports only (no
+    budget reads it).
     """
 
     masks: list[int]
     costs: list[int]
     states: int
+    work: int
     seconds: float
     stopped: tuple[str, ...]
 
@@ -131,10 +138,10 @@ def neighbours(graph: Graph) -> dict[int, int]:
 class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
-    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_states: int, max_candidates: int,
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int,
                  tick: Callable[[int], None] | None):
         self.graph, self.hw, self.max_ops = graph, hw, max_ops
-        self.max_states, self.max_candidates, self.tick = max_states, max_candidates, tick
+        self.max_work, self.max_candidates, self.tick = max_work, max_candidates, tick
         self.adj = neighbours(graph)
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
@@ -143,12 +150,13 @@ class _Search:
         self.leaking: dict[tuple[int, int], bool] = {}
         self.masks: list[int] = []
         self.costs: list[int] = []
-        self.states = 0
-        self.anchor_budget = max_states  # set for each anchor by _searches
+        self.states = self.work = 0
+        self.anchor_budget = max_work  # set for each anchor by _searches
         self.stopped: list[str] = []
 
     def viable(self, hull: int) -> bool:
         """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
+        self.work += 1
         ok = self.hull_ok.get(hull)
         if ok is None:
             ok = self.hull_ok[hull] = hereditary_violation(self.graph, hull, self.max_ops) is None
@@ -230,6 +238,7 @@ class _Search:
         if is_legal(group, self.hw, self.max_ops):
             self.masks.append(mask)
             self.costs.append(objective(group, self.hw))
+            self.work += CANDIDATE_WORK
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
                 raise _Stop
@@ -263,13 +272,14 @@ class _Search:
         kind, anchor, stack, universe, later = job.kind, job.anchor, job.stack, job.universe, job.later
         g, adj = self.graph, self.adj
         while stack:
-            if self.states >= self.anchor_budget:
+            if self.work >= self.anchor_budget:
                 raise _AnchorFull
-            if self.states >= self.max_states:
-                self.stopped.append("states")
+            if self.work >= self.max_work:
+                self.stopped.append("work")
                 raise _Stop
             mask, ext, closed, below, above = stack.pop()
             self.states += 1
+            self.work += 1
             if self.states % 2048 == 0 and self.tick is not None:
                 self.tick(len(self.masks))
             addable = ext | (universe & later & ~closed)
@@ -291,45 +301,46 @@ class _Search:
             stack.extend(reversed(children))
 
 
-def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_states: int = 10**9,
+def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int = 10**12,
                          max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None) -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
-    a budget stops the search: ``max_states`` search states in all, ``max_candidates``
-    groups, or an anchor's cap of :data:`MAX_STATES_PER_ANCHOR`. The search runs in
-    passes: in each, every anchor still pending may visit the states left divided by
-    the anchors left, and those that need more resume in the next pass, where the
+    a budget stops the search: ``max_work`` units of search work in all
+    (:data:`CANDIDATE_WORK`), ``max_candidates`` groups, or an anchor's cap of
+    :data:`MAX_WORK_PER_ANCHOR`. The search runs in passes: in each, every anchor
+    still pending may do the work left divided by the anchors left, and those that need more resume in the next pass, where the
     shares are larger. So an anchor whose search explodes (a wide fan-out) cannot
     starve the others. When a budget stops the search, ``stopped`` says which. The
     budgets count work, not seconds, so the result is the same on any machine.
     ``tick(candidates_so_far)`` is called now and then during long searches."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, max_states, max_candidates, tick)
+    search = _Search(graph, hw, max_ops, max_work, max_candidates, tick)
     try:
         pending = _anchors(graph, search)
         while pending:
             pending = _searches(search, pending)
     except _Stop:
         pass
-    return Candidates(search.masks, search.costs, search.states, time.perf_counter() - begin, tuple(search.stopped))
+    return Candidates(search.masks, search.costs, search.states, search.work, time.perf_counter() - begin,
+                      tuple(search.stopped))
 
 
 def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
-    """One pass: each anchor's search goes on for an even share of the states left (at
-    most :data:`MAX_STATES_PER_ANCHOR` in all). Returns those that overran their
-    share below that cap, to resume in the next pass."""
+    """One pass: each anchor's search goes on for an even share of the work left (at
+    most :data:`MAX_WORK_PER_ANCHOR` in all). Returns those that overran their share
+    below that cap, to resume in the next pass."""
     overran = []
     for n, job in enumerate(jobs):
-        share = (search.max_states - search.states) // (len(jobs) - n)
-        search.anchor_budget = search.states + max(1, min(MAX_STATES_PER_ANCHOR - job.states, share))
-        before = search.states
+        share = (search.max_work - search.work) // (len(jobs) - n)
+        search.anchor_budget = search.work + max(1, min(MAX_WORK_PER_ANCHOR - job.work, share))
+        before = search.work
         try:
             if job.kind == "alone":
                 search.emit(job.stack[0], job.stack[0])
             else:
                 search.search(job)
         except _AnchorFull:
-            job.states += search.states - before
-            if job.states < MAX_STATES_PER_ANCHOR:
+            job.work += search.work - before
+            if job.work < MAX_WORK_PER_ANCHOR:
                 overran.append(job)
             elif "anchor" not in search.stopped:
                 search.stopped.append("anchor")

@@ -45,13 +45,13 @@ from .greedy import greedy_groups
 
 DEFAULT_TIME_LIMIT_S = 60.0
 # The time limit is a work budget, never read off a clock, so that the same input gives
-# the same plan and status on any machine under any load: the enumeration may visit
-# STATES_PER_S search states per second of it, and CP-SAT may spend the whole limit in
-# its deterministic time (its own machine-independent work measure, about a second
-# each on this project's machine). STATES_PER_S is about this machine's rate (2-core
-# development machine: 2,300 states a second on 14 sibling slices, where every state
-# is a legal group to check, to 12,000 on GPT-2 24L).
-STATES_PER_S = 10_000
+# the same plan and status on any machine under any load: the enumeration may do
+# WORK_PER_S units of search work (``candidates.CANDIDATE_WORK``) per second of it, and
+# CP-SAT may spend the whole limit in its deterministic time (its own
+# machine-independent work measure, about a second each on this project's machine).
+# WORK_PER_S is about this machine's rate (2-core development machine: 75,000-165,000
+# units a second on the corpus, the ladder and 14 sibling slices).
+WORK_PER_S = 100_000
 # The most candidates the enumeration may produce (the real graphs of graphs/ need at
 # most ~29,000; a full 32-layer Llama ~240,000), so that a pathological graph cannot
 # exhaust memory (each candidate costs ~1 kB here and about as much inside CP-SAT).
@@ -338,7 +338,7 @@ class Ilp(Strategy):
             return assemble(graph, warm), {"status": "OPTIMAL", "bound_us": _to_us(warm_cost, hw), "gap": 0.0,
                                            "details": {"candidates": 0, "proof": "structural bound"}}
         enumerating = _Progress(options.progress, hw, start, warm_cost, "enumerating")
-        cands = enumerate_candidates(graph, hw, options.max_ops, max_states=max(1, int(STATES_PER_S * limit)),
+        cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
                                      max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick())
         masks, costs = list(cands.masks), list(cands.costs)
         position = {mask: k for k, mask in enumerate(masks)}
@@ -383,6 +383,7 @@ class Ilp(Strategy):
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
             "enumeration_states": cands.states,
+            "enumeration_work": cands.work,
             "enumeration_s": round(cands.seconds, 3),
             "parts": len(parts),
             "parts_reused": solver.reused,
