@@ -59,7 +59,7 @@ class _Stop(Exception):
 
 
 class _AnchorFull(Exception):
-    """One anchor's search reached its share of states (the rest of the search goes on)."""
+    """One anchor's search reached its share of the work (the rest of the search goes on)."""
 
 
 @dataclass

@@ -35,7 +35,7 @@ from ortools.sat.python import cp_model
 
 from .. import attention
 from ..cost import objective
-from ..graph import Graph
+from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
 from ..legality import hereditary_violation
@@ -182,26 +182,15 @@ def overlap_components(masks: list[int]) -> list[list[int]]:
     overlap (two candidates are linked when they share an op), in order of each
     component's first op. No candidate spans two components, so each component's
     exact cover can be chosen on its own and the plan's cost is their sum."""
-    parent: dict[int, int] = {}
-
-    def root(i: int) -> int:
-        while parent.setdefault(i, i) != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    overlap = nx.Graph()
     for mask in masks:
-        low = (mask & -mask).bit_length() - 1
-        rest = mask
-        while rest:
-            bit = rest & -rest
-            rest ^= bit
-            a, b = root(low), root(bit.bit_length() - 1)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
+        first, *rest = bits(mask)
+        overlap.add_node(first)
+        overlap.add_edges_from((first, i) for i in rest)
+    component = {i: min(ops) for ops in nx.connected_components(overlap) for i in ops}
     parts: dict[int, list[int]] = {}
     for k, mask in enumerate(masks):
-        parts.setdefault(root((mask & -mask).bit_length() - 1), []).append(k)
+        parts.setdefault(component[bits(mask)[0]], []).append(k)
     return [parts[r] for r in sorted(parts)]
 
 
@@ -239,21 +228,8 @@ class _Solver:
         union = 0
         for k in part.members:
             union |= self.masks[k]
-        local = {}
-        rest = union
-        while rest:
-            bit = rest & -rest
-            rest ^= bit
-            local[bit] = 1 << len(local)
-        out = []
-        for k in part.members:
-            m, rest = 0, self.masks[k]
-            while rest:
-                bit = rest & -rest
-                rest ^= bit
-                m |= local[bit]
-            out.append((m, self.costs[k]))
-        return tuple(out)
+        local = {i: 1 << n for n, i in enumerate(bits(union))}
+        return tuple((sum(local[i] for i in bits(self.masks[k])), self.costs[k]) for k in part.members)
 
     def solve(self, part: _Part, offset: int, bound_offset: int, phase: str) -> None:
         """Sets ``part.chosen``/``cost``/``bound``/``optimal``; never worse than the hint."""
@@ -278,11 +254,8 @@ class _Solver:
         x = {k: model.NewBoolVar(f"g{k}") for k in part.members}
         covers: dict[int, list[int]] = {}
         for k in part.members:
-            mask = self.masks[k]
-            while mask:
-                low = mask & -mask
-                covers.setdefault(low.bit_length() - 1, []).append(k)
-                mask ^= low
+            for i in bits(self.masks[k]):
+                covers.setdefault(i, []).append(k)
         for i in sorted(covers):
             model.AddExactlyOne(x[k] for k in covers[i])
         for cut in part.cuts:
