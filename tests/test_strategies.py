@@ -93,6 +93,13 @@ def _fan_in(n: int) -> dict:
     return {"name": f"fan_{n}", "inputs": [{"name": "x", "shape": [1024, 1024]}], "ops": ops, "outputs": [f"a{n - 1}"]}
 
 
+def _concat(n: int) -> dict:
+    """``n`` row slices of x, each through ``exp``, concatenated back."""
+    spec = _siblings(n, "exp")
+    spec["ops"].append({"name": "cat", "op": "concat", "inputs": [f"c{i}" for i in range(n)], "attrs": {"axis": 0}})
+    return {**spec, "name": f"concat_{n}", "outputs": ["cat"]}
+
+
 def _chain(n: int) -> dict:
     ops = [{"name": f"c{i}", "op": "exp" if i % 2 else "neg", "inputs": [f"c{i - 1}" if i else "x"]} for i in range(n)]
     return {"name": f"chain_{n}", "inputs": [{"name": "x", "shape": [1024, 1024]}], "ops": ops,
@@ -100,7 +107,7 @@ def _chain(n: int) -> dict:
 
 
 @pytest.mark.parametrize("spec", [_siblings(12, "reduce_sum"), _siblings(24, "reduce_sum"), _siblings(16, "exp"),
-                                  _fan_in(32), _chain(2000)], ids=lambda s: s["name"])
+                                  _concat(16), _fan_in(32), _chain(2000)], ids=lambda s: s["name"])
 def test_stress_graphs_are_proven_optimal(spec):
     """Wide sibling sets, a fan-out summed back, and a chain past the op cap: the
     enumeration cannot finish (2^48 connected sets; 100,000 units of work here), yet every
