@@ -6,7 +6,8 @@ For a fusion group ``G`` (all figures *modelled*, none measured):
   not produce, counted once (literals are free; a view shares its input's bytes);
 * ``bytes_written``: each storage produced in ``G`` that is a graph output or is
   read by an op outside ``G``;
-* ``launches``: 1, or 0 for a group made only of views;
+* ``launches``: 1, or 0 for a group made only of views or only of empty results
+  (which also reads nothing);
 * ``time = launches * launch_overhead + (bytes_read + bytes_written) / bandwidth``;
 * ``roofline = launches * launch_overhead + max(bytes / bandwidth, Σ FLOP / peak)``.
 

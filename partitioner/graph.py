@@ -227,6 +227,12 @@ class Graph:
         """Bitset of every op except views (the ops that cost a launch when alone)."""
         return self.mask(name for name, op in self.ops.items() if not op.is_view)
 
+    @cached_property
+    def nonempty_mask(self) -> int:
+        """Bitset of the compute ops whose result has at least one element: a group
+        of none of them computes nothing and launches nothing (``Group.empty``)."""
+        return self.mask(name for name, op in self.ops.items() if not op.is_view and op.out.numel)
+
     def mask(self, ops: Iterable[str]) -> int:
         """Bitset of a set of op names."""
         bits = 0

@@ -73,9 +73,14 @@ class Group:
         return "pointwise"
 
     @cached_property
+    def empty(self) -> bool:
+        """Every compute op's result has zero elements: there is nothing to compute."""
+        return bool(self.compute) and all(op.out.numel == 0 for op in self.compute)
+
+    @cached_property
     def launches(self) -> int:
-        """Kernel launches: one, or none for a group of views only."""
-        return 0 if self.kind == "view" else 1
+        """Kernel launches: one, or none for a group of views only or of empty tensors."""
+        return 0 if self.kind == "view" or self.empty else 1
 
     def _inside(self, op_name: str | None) -> bool:
         return op_name is not None and bool(self.mask >> self.graph.index[op_name] & 1)
@@ -110,6 +115,8 @@ class Group:
 
     @cached_property
     def bytes_read(self) -> int:
+        if self.empty:  # no element is computed, so no operand is read
+            return 0
         return sum(self.graph.tensor(s).nbytes for s in self.reads)
 
     @cached_property

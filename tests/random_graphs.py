@@ -11,10 +11,14 @@ KINDS = ("unary", "binary", "reduce", "normalize", "matmul", "transpose", "resha
 
 
 @st.composite
-def small_graphs(draw, max_ops: int = 8):
-    """A valid format-v1 graph with at most ``max_ops`` primitive ops."""
+def small_graphs(draw, max_ops: int = 8, empty: bool = False):
+    """A valid format-v1 graph with at most ``max_ops`` primitive ops; with ``empty``,
+    zero-size tensors too: inputs with a zero dimension, and slices to zero length
+    whose results non-empty reductions may read."""
     # large enough that bytes weigh as much as launches in the objective
-    m, n = draw(st.sampled_from([(256, 512), (512, 512), (128, 1024)]))
+    sizes = [(256, 512), (512, 512), (128, 1024)] + ([(0, 512), (256, 0), (0, 0)] if empty else [])
+    kinds = KINDS + (("empty_slice",) * 2 if empty else ())
+    m, n = draw(st.sampled_from(sizes))
     dtype = draw(st.sampled_from(["float32", "float16"]))
     inputs = {"x": [m, n], "y": [m, n], "w": [n, n], "bias": [n], "idx": [m]}
     pool: list[tuple[str, tuple[int, ...]]] = [("x", (m, n)), ("y", (m, n))]
@@ -27,7 +31,7 @@ def small_graphs(draw, max_ops: int = 8):
         return name
 
     while len(ops) < max_ops:
-        kind = draw(st.sampled_from(KINDS))
+        kind = draw(st.sampled_from(kinds))
         # prefer recent results so that the graph is deep rather than a fan of inputs
         src, shape = pool[len(pool) - 1 - draw(st.integers(0, min(3, len(pool) - 1)))]
         rank = len(shape)
@@ -39,7 +43,9 @@ def small_graphs(draw, max_ops: int = 8):
             axis = draw(st.sampled_from(list(range(rank))))
             keep = draw(st.booleans())
             out = tuple(1 if i == axis else d for i, d in enumerate(shape)) if keep else shape[:axis] + shape[axis + 1:]
-            add(draw(st.sampled_from(["reduce_sum", "reduce_max", "reduce_mean"])), [src], out,
+            # max has no identity: the loader rejects it over an empty axis
+            kinds_of = ["reduce_sum", "reduce_mean"] + (["reduce_max"] if shape[axis] else [])
+            add(draw(st.sampled_from(kinds_of)), [src], out,
                 attrs={"axes": [axis], "keepdims": keep})
         elif kind == "normalize" and rank and len(ops) <= max_ops - 2:
             mean = add("reduce_mean", [src], shape[:-1] + (1,), attrs={"axes": [-1], "keepdims": True})
@@ -56,11 +62,13 @@ def small_graphs(draw, max_ops: int = 8):
         elif kind == "slice" and rank and shape[-1] > 1:
             add("slice", [src], shape[:-1] + (shape[-1] // 2,),
                 attrs={"starts": [0], "ends": [shape[-1] // 2], "axes": [-1]})
+        elif kind == "empty_slice" and rank:
+            add("slice", [src], shape[:-1] + (0,), attrs={"starts": [0], "ends": [0], "axes": [-1]})
         elif kind == "concat" and rank:
             add("concat", [src, src], (2 * shape[0],) + shape[1:], attrs={"axis": 0})
         elif kind == "custom":
             add("custom", [src], shape, attrs={"kind": "opaque"}, shape=list(shape), dtype=dtype)
-        elif kind == "gather" and rank == 2:
+        elif kind == "gather" and rank == 2 and (shape[0] or not m):  # no index fits an empty axis
             add("gather", [src, "idx"], (m,) + shape[1:], attrs={"axis": 0})
         else:
             add(draw(st.sampled_from(["exp", "relu", "neg", "tanh"])), [src], shape)

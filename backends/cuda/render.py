@@ -105,13 +105,13 @@ def skip_reason(group: Group) -> tuple[str, str] | None:
     ``custom``, ``dead code`` or ``empty``), or ``None``."""
     if group.kind == "view":
         return "views", "views only: no kernel"
+    if group.empty:
+        return "empty", "empty tensors: nothing to compute"
     custom = [op.name for op in group.compute if op.kind == "custom"]
     if custom:
         return "custom", f"custom op '{custom[0]}' has no semantics: no kernel"
     if not group.writes:
         return "dead code", "dead code: writes nothing"
-    if all(group.graph.tensor(w).numel == 0 for w in group.writes):
-        return "empty", "empty tensors: nothing to compute"
     return None
 
 

@@ -67,13 +67,14 @@ def _to_us(value: float, hw: Hardware) -> float:
 def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     """A valid lower bound on any legal plan's integer objective, from structure alone.
 
-    Launches: every gather or custom op is alone; a group holds one contraction, or
+    Launches, counted over the ops with a non-empty result (a group of empty results
+    launches nothing): every gather or custom op is alone; a group holds one contraction, or
     two only as an attention group, whose pairs are disjoint (at most a maximum
     matching of the attention pairs); a reduction signature class with a reduction
     outside every attention pair's softmax needs a reduction group of its own; and a
     group holds at most ``max_ops`` compute ops. Call the larger count ``k``.
 
-    Bytes: every read graph input is read once, every output written once, plus the
+    Bytes: every graph input that a non-empty result reads is read once, every output written once, plus the
     larger of two counts of what crosses between groups. (a) A tensor whose producer
     and a reader can never share a group is written and read once. (b) Link the
     groups producer to reader: the groups meeting one component of the compute ops
@@ -86,7 +87,8 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     once (less those already counted as outputs).
     """
     g = graph
-    reads = sum(g.inputs[base].nbytes for base in g.inputs if g.storage_readers.get(base))
+    # an input only empty results read may be read by no launched group
+    reads = sum(g.inputs[base].nbytes for base in g.inputs if g.storage_readers.get(base, 0) & g.nonempty_mask)
     split_bytes = outputs = 0
     for name in g.names(g.compute_mask):
         size = g.ops[name].out.nbytes
@@ -112,16 +114,17 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
 
 def _launch_bound(g: Graph, max_ops: int) -> int:
     """Launches every legal plan makes (see :func:`structural_bound`)."""
-    classes = g.class_masks
-    pairs = attention.pairs(g)
+    launching = g.nonempty_mask  # a group of empty results only launches nothing
+    classes = {name: mask & launching for name, mask in g.class_masks.items()}
+    pairs = [p for p in attention.pairs(g) if (1 << g.index[p.c1] | 1 << g.index[p.c2]) & launching]
     matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
     groups = (classes.get("gather", 0) | classes.get("opaque", 0)).bit_count()
     groups += classes.get("contraction", 0).bit_count() - matched
     in_softmax = 0
     for p in pairs:
         in_softmax |= p.middle
-    groups += sum(1 for mask in g.reduction_classes.values() if mask & ~in_softmax)
-    return max(groups, -(-g.compute_mask.bit_count() // max_ops))
+    groups += sum(1 for mask in g.reduction_classes.values() if mask & launching & ~in_softmax)
+    return max(groups, -(-launching.bit_count() // max_ops))
 
 
 def _components(g: Graph) -> int:

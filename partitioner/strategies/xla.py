@@ -82,7 +82,7 @@ def utilization(group: Group) -> dict[str, float]:
         value = 1.0 if op.name in written or not readers else 0.0
         if op.op_class != "reduction":  # a reduction's row result is computed once per row
             for r in readers:
-                grow = r.out.numel / op.out.numel if r.op_class in _BROADCASTING else 1.0
+                grow = r.out.numel / op.out.numel if r.op_class in _BROADCASTING and op.out.numel else 1.0
                 value = max(value, util[r.name] * max(1.0, grow))
         util[op.name] = max(value, 1.0)
     return util

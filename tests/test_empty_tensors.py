@@ -1,0 +1,90 @@
+"""Zero-size tensors through every strategy and backend: a group of empty results
+launches nothing and costs nothing, every strategy plans, the ilp stays exact, and
+the plans compute what the reference computes."""
+
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+
+from backends.base import load_backend
+from backends.check import run_and_check
+from backends.cuda.render import render
+from partitioner import load_hardware, partition
+from partitioner.strategies import STRATEGIES
+from partitioner.strategies.ilp import structural_bound
+
+from .conftest import make_graph, op
+from .random_graphs import small_graphs
+from .test_optimality import _objective, brute_force_minimum
+
+H100 = load_hardware("h100")
+
+
+def _check_plan(plan) -> None:
+    for priced in plan.cost.groups:
+        if priced.group.empty:
+            assert (priced.launches, priced.bytes_read, priced.bytes_written) == (0, 0, 0)
+            assert priced.modeled_time_us == 0
+        else:
+            assert priced.launches == (priced.group.kind != "view")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=6, empty=True))
+def test_every_strategy_plans_empty_tensors_and_the_ilp_stays_exact(graph):
+    plans = {name: partition(graph, name) for name in sorted(STRATEGIES)}
+    for plan in plans.values():
+        _check_plan(plan)
+    best = brute_force_minimum(graph)
+    ilp = plans["ilp"]
+    assert ilp.solver.status == "OPTIMAL"
+    assert math.isclose(ilp.cost.modeled_time_us, best, rel_tol=1e-12, abs_tol=1e-12)
+    assert all(ilp.cost.modeled_time_us <= p.cost.modeled_time_us + 1e-9 for p in plans.values())
+    assert structural_bound(graph, H100, 64) <= _objective(best, H100) * (1 + 1e-12)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=6, empty=True))
+def test_numpy_backend_computes_the_reference_on_empty_tensors(graph):
+    assume(not any(o.kind == "custom" for o in graph.ops.values()))
+    for name in ("none", "ilp", "xla"):
+        checks = run_and_check(partition(graph, name), load_backend("numpy"))
+        assert checks and all(c.ok for c in checks), checks
+
+
+EMPTY = {
+    # an empty slice whose sum is a non-empty row of zeros, fused with a real consumer
+    "sum_of_empty_slice": make_graph(
+        {"x": [8, 64]},
+        [op("s", "slice", ["x"], starts=[0], ends=[0], axes=[-1]), op("e", "exp", ["s"]),
+         op("r", "reduce_sum", ["e"], axes=[-1], keepdims=True), op("y", "add", ["x", "r"])], ["y", "e"]),
+    # a matmul over K = 0 writes zeros; its empty operands need no kernel
+    "matmul_over_empty_k": make_graph(
+        {"a": [16, 0], "b": [0, 16]},
+        [op("an", "neg", ["a"]), op("m", "matmul", ["an", "b"]), op("y", "relu", ["m"])], ["y"]),
+    # nothing to compute at all
+    "all_empty": make_graph({"x": [4, 0]}, [op("a", "add", ["x", 1.0]), op("b", "mul", ["a", 2.0])], ["b"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_empty_groups_get_no_kernel_and_launch_nothing(name):
+    graph = EMPTY[name]
+    plan = partition(graph, "ilp")
+    _check_plan(plan)
+    rendered = render(plan)
+    launched = [i for i, g in enumerate(plan.cost.groups) if g.launches]
+    assert [k.index for k in rendered.kernels] == launched
+    assert plan.cost.launches == len(launched)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_cuda_emulator_computes_the_reference_on_empty_tensors(name):
+    for strategy in ("none", "ilp"):
+        checks = run_and_check(partition(EMPTY[name], strategy), load_backend("cuda", emulate=True))
+        assert checks and all(c.ok for c in checks), checks
