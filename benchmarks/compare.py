@@ -18,6 +18,7 @@ planning times are measured. Needs matplotlib (``pip install -e '.[bench]'``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from partitioner import Plan, compare, load_graph
+from partitioner.exits import unwritable
 from partitioner.report import COMPILERS, HEURISTICS, ilp_advantage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,6 +205,13 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=ROOT / "docs" / "results.md")
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "results.png")
     args = parser.parse_args()
+    # what the end needs is checked before the minutes of planning
+    if importlib.util.find_spec("matplotlib") is None:
+        parser.error("the figure needs matplotlib: pip install -e '.[bench]'")
+    for path in (args.markdown, args.figure):
+        problem = unwritable(path)
+        if problem:
+            parser.error(f"cannot write {path}: {problem}")
     rows = run(args.hardware, args.time_limit)
     plot(rows, args.figure)
     text = markdown(rows, args.figure, args.markdown)

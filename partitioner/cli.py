@@ -20,7 +20,7 @@ from . import __version__
 from .cost import DEFAULT_MAX_OPS
 from .draw import OPS_VIEW_LIMIT, VIEWS, DrawError, check_can_draw, draw, resolve_view
 from .errors import GraphError, HardwareError
-from .exits import OneLineParser, guarded
+from .exits import OneLineParser, guarded, unwritable
 from .explain import explain
 from .hardware import PROFILES, load_hardware
 from .import_cli import main as import_main
@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--emulate runs the cuda backend: add --backend cuda")
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
+    problem = args.out and unwritable(args.out, directory=True)
+    if problem:
+        parser.error(f"--out: {problem}")
     if args.explain and (args.report or args.compare or args.draw or args.emit or args.compile or args.run):
         parser.error("--explain answers on its own: drop --report, --compare, --draw, --emit, --compile and --run")
     bad_input = (GraphError, HardwareError, BackendError, DrawError)

@@ -30,6 +30,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from .exits import unwritable
 from .plan import Plan
 
 FORMATS = (".svg", ".png", ".dot")
@@ -190,10 +191,14 @@ def _op_view(plan: Plan, dot) -> None:
 
 def check_can_draw(path: str | Path) -> None:
     """Raise :class:`DrawError` unless a plan can be drawn to ``path`` on this machine:
-    a ``.svg``, ``.png`` or ``.dot`` file, and Graphviz's ``dot`` for the first two."""
+    a ``.svg``, ``.png`` or ``.dot`` file in a writable directory, and Graphviz's
+    ``dot`` for the first two."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise DrawError(f"cannot draw to '{path}': use a .svg, .png or .dot file")
+    problem = unwritable(path)
+    if problem:
+        raise DrawError(f"cannot draw to '{path}': {problem}")
     if suffix != ".dot" and shutil.which("dot") is None:
         raise DrawError("drawing to .svg or .png needs Graphviz's 'dot' program: install the graphviz system "
                         "package (apt-get install graphviz), or draw to a .dot file")
@@ -220,8 +225,9 @@ def draw(plan: Plan, path: str | Path, view: str = "auto") -> Path:
     Raises
     ------
     DrawError
-        Another suffix, ``.svg``/``.png`` without Graphviz's ``dot``
-        (:func:`check_can_draw`), or ``dot`` failing.
+        Another suffix, ``.svg``/``.png`` without Graphviz's ``dot``, a
+        missing or unwritable directory (:func:`check_can_draw`), ``dot``
+        failing, or the write failing.
 
     Examples
     --------
@@ -238,12 +244,14 @@ def draw(plan: Plan, path: str | Path, view: str = "auto") -> Path:
     check_can_draw(path)
     path = Path(path)
     dot = to_dot(plan, view)
-    if path.suffix.lower() == ".dot":
-        path.write_text(dot.source)
-    else:
-        try:
+    try:
+        if path.suffix.lower() == ".dot":
+            path.write_text(dot.source)
+        else:
             path.write_bytes(dot.pipe(format=path.suffix.lower()[1:]))
-        except subprocess.CalledProcessError as exc:
-            raise DrawError(f"Graphviz's dot failed on this graph (exit status {exc.returncode}); "
-                            "draw to a .dot file to inspect it") from exc
+    except subprocess.CalledProcessError as exc:
+        raise DrawError(f"Graphviz's dot failed on this graph (exit status {exc.returncode}); "
+                        "draw to a .dot file to inspect it") from exc
+    except OSError as exc:
+        raise DrawError(f"cannot write '{path}': {exc.strerror}") from None
     return path

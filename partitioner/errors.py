@@ -11,6 +11,12 @@ class GraphError(ValueError):
     """
 
 
+class SizeError(GraphError):
+    """A graph's sizes are beyond what the ILP's exact 64-bit integer objective can
+    hold (the loader's per-tensor limit keeps single tensors below it; a graph of
+    many large tensors can still exceed it)."""
+
+
 class InferenceError(ValueError):
     """An op's inputs or attributes are inconsistent (shapes, axes, dtypes).
 

@@ -1,6 +1,7 @@
 """What both commands (``partition`` and ``partition import``) share: errors become
 exit statuses with one line on stderr, never a traceback (set
-``PARTITIONER_DEBUG=1`` to see one for an internal failure)."""
+``PARTITIONER_DEBUG=1`` to see one for an internal failure), and output paths are
+checked before any long work."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Callable
 
 
@@ -18,11 +20,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+#: The status a shell reports for a tool that a closed pipe stopped (128 + SIGPIPE).
+BROKEN_PIPE = 141
+
+
 def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseException], ...]) -> int:
-    """``run()``'s status; 2 for an exception in ``bad_input``, 130 on Ctrl-C, and 1
-    for any other exception (an internal failure)."""
+    """``run()``'s status; 2 for an exception in ``bad_input``, 130 on Ctrl-C, 141
+    (quietly) when the reader of stdout went away, and 1 for any other exception
+    (an internal failure)."""
     try:
-        return run()
+        status = run()
+        sys.stdout.flush()  # a closed pipe must show here, not in the interpreter's last flush
+        return status
+    except BrokenPipeError:
+        # `partition G | head`: stop quietly, as Unix tools do, with nothing left to flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     except bad_input as exc:
         print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -34,3 +47,23 @@ def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseExcepti
             traceback.print_exc()
         print(f"{prog}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def unwritable(path: str | Path, directory: bool = False) -> str | None:
+    """Why ``path`` cannot be written, as a phrase, or ``None`` when it can.
+
+    A file needs an existing, writable parent directory; a ``directory`` may be
+    missing (it is created with its parents), but its nearest existing ancestor must
+    be a writable directory. Neither may be the other kind of thing already."""
+    target = Path(path)
+    if target.exists():
+        if directory != target.is_dir():
+            return f"'{target}' is {'a file' if directory else 'a directory'}"
+        return None if os.access(target, os.W_OK) else f"'{target}' is not writable"
+    parent = target.parent
+    if directory:
+        while not parent.exists():
+            parent = parent.parent
+    if not parent.is_dir():
+        return f"'{parent}' is not a directory" if parent.exists() else f"no directory '{parent}'"
+    return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot create files in '{parent}'"

@@ -6,7 +6,9 @@ SOURCE is one of
 - ``program.pt2``: an ExportedProgram saved with ``torch.export.save``;
 - ``package.module:factory`` or ``path/to/file.py:factory``: a callable returning an
   ExportedProgram or a ``(module, example_inputs)`` pair, which is exported here;
-  ``--dim NAME=VALUE`` become its keyword arguments (``factory(batch=8)``).
+  ``--dim NAME=VALUE`` become its keyword arguments (``factory(batch=8)``), each a
+  Python literal (``8``, ``0.5``, ``True``, ``'gelu'``) or else the text itself; a
+  module is imported from the current folder too, as ``python -m`` would.
 
 The import summary (ops mapped, folded and custom, customs by kind) goes to stderr;
 the graph goes to OUT, which is never overwritten without ``--force``. Exit status
@@ -16,22 +18,44 @@ the graph goes to OUT, which is never overwritten without ``--force``. Exit stat
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
 from .errors import GraphError
-from .exits import OneLineParser, guarded
+from .exits import OneLineParser, guarded, unwritable
 from .importers import ImportResult, extra, report, to_yaml
 
 
-def _dim(text: str) -> tuple[str, int]:
+def _dim(text: str) -> tuple[str, str]:
     name, sep, value = (part.strip() for part in text.partition("="))
-    if not (sep and name and value.isdigit()):
-        raise argparse.ArgumentTypeError(f"--dim takes NAME=VALUE with a non-negative integer VALUE, got {text!r}")
-    return name, int(value)
+    if not (sep and name and value):
+        raise argparse.ArgumentTypeError(f"--dim takes NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _onnx_dims(dims: list[tuple[str, str]]) -> dict[str, int]:
+    """ONNX dimensions are sizes: non-negative integers (raises GraphError)."""
+    for name, value in dims:
+        if not value.isdigit():
+            raise GraphError(f"--dim {name}={value}: an ONNX dimension takes a non-negative integer")
+    return {name: int(value) for name, value in dims}
+
+
+def _factory_kwargs(dims: list[tuple[str, str]]) -> dict[str, object]:
+    """A factory's keyword arguments: Python literals (``8``, ``0.5``, ``True``,
+    ``'gelu'``), or the text itself when it is not one (``act=gelu``)."""
+    kwargs: dict[str, object] = {}
+    for name, value in dims:
+        try:
+            kwargs[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            kwargs[name] = value
+    return kwargs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,6 +86,8 @@ def _factory(spec: str):
             sys.modules[module_spec.name] = module  # as an import would: dataclasses and pickling look it up
             module_spec.loader.exec_module(module)
         else:
+            if os.getcwd() not in sys.path:  # as `python -m` does: the user's own packages import
+                sys.path.insert(0, os.getcwd())
             module = importlib.import_module(where)
         return getattr(module, attr)
     except GraphError:
@@ -70,7 +96,7 @@ def _factory(spec: str):
         raise GraphError(f"{spec}: cannot load the factory ({type(exc).__name__}: {exc})") from None
 
 
-def _torch_program(torch_importer, source: str, kwargs: dict[str, int]):
+def _torch_program(torch_importer, source: str, kwargs: dict[str, object]):
     """The ExportedProgram for a ``.pt2`` file or a factory (raises GraphError)."""
     import torch  # the torch extra is present: extra("torch") succeeded
 
@@ -102,14 +128,14 @@ def _torch_program(torch_importer, source: str, kwargs: dict[str, int]):
 
 
 def _convert(args: argparse.Namespace, name: str) -> ImportResult:
-    dims = dict(args.dim)
     if args.source.endswith(".onnx"):
-        return extra("onnx").convert(args.source, dims, name)
+        return extra("onnx").convert(args.source, _onnx_dims(args.dim), name)
     if not (args.source.endswith(".pt2") or ":" in args.source):
         raise GraphError(f"{args.source}: SOURCE must be a .onnx file, a .pt2 file or MODULE:FACTORY")
     torch_importer = extra("torch")
+    dims = _factory_kwargs(args.dim)
     program = _torch_program(torch_importer, args.source, dims)
-    call = f"({', '.join(f'{k}={v}' for k, v in dims.items())})" if ":" in args.source else ""
+    call = f"({', '.join(f'{k}={v!r}' for k, v in dims.items())})" if ":" in args.source else ""
     return torch_importer.convert(program, name, f"{args.source}{call} via {torch_importer.SOURCE}")
 
 
@@ -119,12 +145,16 @@ def _run(args: argparse.Namespace) -> int:
         raise GraphError(f"{out}: exists; pass --force to overwrite it")
     if out.suffix.lower() not in (".yaml", ".yml"):
         raise GraphError(f"{out}: the output must be a .yaml or .yml file")
-    if not out.parent.is_dir():
-        raise GraphError(f"{out.parent}: no such directory")
+    problem = unwritable(out)
+    if problem:
+        raise GraphError(f"{out}: {problem}")
     result = _convert(args, args.name or out.stem)
     report(result)
     result.load()  # every rule of the loader, before anything is written
-    out.write_text(to_yaml(result.graph, [f"Imported from {args.source} by `partition import` ({__version__})."]))
+    try:
+        out.write_text(to_yaml(result.graph, [f"Imported from {args.source} by `partition import` ({__version__})."]))
+    except OSError as exc:
+        raise GraphError(f"{out}: cannot write it: {exc.strerror}") from None
     print(f"wrote {out} ({len(result.graph['ops'])} ops)", file=sys.stderr)
     return 0
 

@@ -26,6 +26,10 @@ from .schema import validator
 from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
 FORMAT_VERSION = 1
+#: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
+#: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
+#: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.
+MAX_TENSOR_BYTES = 1 << 40
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 
 
@@ -264,6 +268,13 @@ def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType], user_
     return ops
 
 
+def _check_size(ctx: _Context, what: str, t: TensorType) -> None:
+    """Reject a tensor above :data:`MAX_TENSOR_BYTES` (the exact integer costs must fit 64 bits)."""
+    if t.nbytes > MAX_TENSOR_BYTES:
+        raise ctx.error(f"{what}: {t.dtype}{list(t.shape)} is {t.nbytes:.3g} bytes, above the format's limit of "
+                        f"2^40 bytes (1 TiB) per tensor")
+
+
 def _native(value: Any) -> Any:
     """``value`` with NumPy scalars turned into Python numbers (dicts given to the API
     may hold them), so that every later type check sees ``int`` or ``float``."""
@@ -293,10 +304,13 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
         _check_op_entry(ctx, entry, names)
     default_dtype = data.get("dtype", "float32")
     inputs = {e["name"]: TensorType(tuple(e["shape"]), e.get("dtype", default_dtype)) for e in data.get("inputs", [])}
+    for name, t in inputs.items():
+        _check_size(ctx, f"input '{name}'", t)
     tensors: dict[str, TensorType] = dict(inputs)
     ops: dict[str, Op] = {}
     for entry in _order_ops(ctx, data):
         for op in _build_ops(ctx, entry, tensors, names):
+            _check_size(ctx, f"op '{op.name}'", op.out)
             ops[op.name] = op
     outputs = data["outputs"]
     if not outputs:

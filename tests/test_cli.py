@@ -129,3 +129,92 @@ def test_reports_fit_any_width_and_never_cut_a_number(width, monkeypatch, capsys
     for group in plan.cost.groups:
         if group.kind != "view":
             assert f"{group.modeled_time_us:,.2f}" in out  # each group's time, whole, on one line
+
+
+SIBLINGS = {"format": 1, "inputs": [{"name": "x", "shape": [64, 256]}],
+            "ops": [o for i in range(6) for o in ({"name": f"s{i}", "op": "reduce_sum", "inputs": ["x"],
+                                                   "attrs": {"axes": [-1]}},
+                                                  {"name": f"e{i}", "op": "exp", "inputs": [f"s{i}"]})],
+            "outputs": [f"e{i}" for i in range(6)]}
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_sizes_beyond_the_exact_cost_arithmetic_exit_2_in_one_line(capsys, tmp_path):
+    """A 1e29-row tensor once reached CP-SAT, which rejected the model (exit 1)."""
+    graph = tmp_path / "big.yaml"
+    graph.write_text(json.dumps({**SIBLINGS, "inputs": [{"name": "x", "shape": [10**29, 256]}]}))
+    assert cli.main([str(graph)]) == 2
+    assert f"{graph}: input 'x': float32[{10**29}, 256] is 1.02e+32 bytes, above the format's limit" in _one_line(capsys)
+    # a view-free op may make a tensor too large from a small one
+    graph.write_text(json.dumps({"inputs": [{"name": "x", "shape": [4]}], "outputs": ["y"], "ops": [
+        {"name": "b", "op": "broadcast_to", "inputs": ["x"], "attrs": {"shape": [2**39, 4]}},
+        {"name": "y", "op": "exp", "inputs": ["b"]}]}))
+    assert cli.main([str(graph)]) == 2
+    assert "op 'b': float32[549755813888, 4] is 8.8e+12 bytes" in _one_line(capsys)
+    # tensors within the limit, but a profile whose launch costs 10,000 s in bytes
+    graph.write_text(json.dumps(SIBLINGS))
+    profile = tmp_path / "slow.yaml"
+    profile.write_text("base: h100\nname: slow\nlaunch_overhead_us: 1.0e+10\nsources: {launch_overhead_us: test}\n")
+    assert cli.main([str(graph), "--hardware", str(profile)]) == 2
+    err = _one_line(capsys)
+    assert f"{graph}: the exact integer objective over" in err and "--strategy greedy" in err
+    assert cli.main([str(graph), "--hardware", str(profile), "--strategy", "greedy"]) == 0
+
+
+def test_a_closed_pipe_ends_the_output_quietly():
+    """`partition G --format json | head -c 10` once ended in an internal BrokenPipeError."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "partitioner.cli", str(ROOT / "graphs" / "gpt2_12l_b8_s1024_f16.yaml"),
+               "--strategy", "greedy", "--format", "json"]  # 138 kB: more than a pipe holds
+    reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert reader.stdout.read(10) == b'{\n  "graph'
+    reader.stdout.close()
+    assert reader.stderr.read() == b""
+    assert reader.wait() == 141
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--draw", "/missing/dir/plan.dot"], "cannot draw to '/missing/dir/plan.dot': no directory '/missing/dir'"),
+    (["--draw", "{file}/plan.dot"], "is not a directory"),
+    (["--emit", "cuda", "--out", "{file}"], "--out: '{file}' is a file"),
+    (["--emit", "cuda", "--out", "{file}/kernels"], "--out: '{file}' is not a directory"),
+])
+def test_unusable_output_paths_exit_2_before_planning(capsys, monkeypatch, tmp_path, args, message):
+    file = tmp_path / "a_file"
+    file.write_text("kept")
+    monkeypatch.setattr(cli, "partition", lambda *a, **k: pytest.fail("planned before checking the output path"))
+    try:
+        status = cli.main([GRAPH, *(a.format(file=file) for a in args)])
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2 and message.format(file=file) in _one_line(capsys)
+    assert file.read_text() == "kept"
+
+
+def test_import_to_a_missing_directory_exits_2(capsys):
+    assert cli.main(["import", "model.onnx", "-o", "/missing/dir/g.yaml"]) == 2
+    assert "/missing/dir/g.yaml: no directory '/missing/dir'" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("args, hide, message", [
+    ([], "matplotlib", "the figure needs matplotlib"),
+    (["--figure", "/missing/dir/results.png"], None, "cannot write /missing/dir/results.png: no directory"),
+])
+def test_compare_benchmark_checks_what_it_needs_before_planning(args, hide, message):
+    """benchmarks/compare.py once planned for a minute, then died on a missing matplotlib."""
+    import subprocess
+    import sys
+
+    hidden = f"sys.modules[{hide!r}] = None; " if hide else ""
+    code = (f"import runpy, sys; {hidden}sys.argv = ['compare.py', *{args!r}]; "
+            "import partitioner; partitioner.compare = None; "  # planning first would raise TypeError
+            "runpy.run_path('benchmarks/compare.py', run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2 and message in result.stderr, result.stderr

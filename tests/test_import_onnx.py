@@ -423,6 +423,7 @@ def test_cli_imports_an_onnx_file(tmp_path, capsys):
     (["missing.onnx"], "missing.onnx: no such file"),
     (["{model}"], "bind it with --dim batch=VALUE"),
     (["{model}", "--dim", "batch"], "--dim takes NAME=VALUE"),
+    (["{model}", "--dim", "batch=2.5"], "--dim batch=2.5: an ONNX dimension takes a non-negative integer"),
     (["{junk}"], "not an ONNX model"),
     (["model.txt"], "SOURCE must be a .onnx file, a .pt2 file or MODULE:FACTORY"),
 ])

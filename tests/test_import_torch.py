@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 import textwrap
 
 import numpy as np
@@ -328,7 +329,7 @@ FACTORY = textwrap.dedent("""
 """)
 
 
-def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys):
+def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys, monkeypatch):
     module = tmp_path / "models.py"
     module.write_text(FACTORY)
     out = tmp_path / "tiny.yaml"
@@ -338,6 +339,16 @@ def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys):
     graph = partitioner.load_graph(out)
     assert graph.inputs["input_0"].shape == (16, 32) and "proj.weight" in graph.inputs
     assert "models.py:make(batch=16, d=32) via torch.export core ATen" in graph.source
+
+    # a package module from the current folder, without PYTHONPATH; literal keyword values
+    package = tmp_path / "mymodels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "plain.py").write_text(FACTORY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert cli.main(["import", "mymodels.plain:make", "-o", "pkg.yaml", "--dim", "batch=3", "--dim", "d=0x10"]) == 0
+    assert partitioner.load_graph(tmp_path / "pkg.yaml").inputs["input_0"].shape == (3, 16)
 
     saved = tmp_path / "tiny.pt2"
     torch.export.save(torch.export.export(MLP(), (randn(2, 16),)), saved)

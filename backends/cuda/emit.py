@@ -54,13 +54,21 @@ def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list
     Raises
     ------
     EmitError
-        ``out`` is a file, or a non-empty directory without a manifest.
+        ``out`` is a file, a non-empty directory without a manifest, or cannot
+        be written.
     """
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise EmitError(f"{path} is a file; give a directory for the kernels")
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise EmitError(f"{path} is not empty and holds no {MANIFEST} of an earlier emit; choose a new directory")
+    try:
+        return _write(rendered, path, arch)
+    except OSError as exc:
+        raise EmitError(f"cannot write the kernels to '{path}': {exc.strerror}") from None
+
+
+def _write(rendered: Rendered, path: Path, arch: str) -> list[Path]:
     if (path / MANIFEST).exists():
         for old in _earlier_files(path):
             (path / old).unlink(missing_ok=True)

@@ -35,6 +35,7 @@ from ortools.sat.python import cp_model
 
 from .. import attention
 from ..cost import objective
+from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
@@ -57,6 +58,8 @@ WORK_PER_S = 100_000
 # exhaust memory (each candidate costs ~1 kB here and about as much inside CP-SAT).
 MAX_CANDIDATES = 500_000
 WORKERS = 1
+#: CP-SAT rejects a linear objective whose terms could sum past 2^63.
+OBJECTIVE_LIMIT = 1 << 62
 
 
 def _to_us(value: float, hw: Hardware) -> float:
@@ -136,6 +139,17 @@ def _components(g: Graph) -> int:
     for name in g.names(g.compute_mask):
         links.add_edges_from((name, reader) for reader in g.names(g.storage_readers.get(name, 0)))
     return nx.number_connected_components(links)
+
+
+def _check_objective_fits(graph: Graph, costs: list[int]) -> None:
+    """Raise :class:`SizeError` unless CP-SAT can sum every candidate's cost in 64 bits
+    (it rejects a model whose objective could overflow)."""
+    total = sum(costs)
+    if total >= OBJECTIVE_LIMIT:
+        raise SizeError(f"{graph.path or graph.name}: the exact integer objective over {len(costs):,} candidate "
+                        f"groups sums to 2^{total.bit_length() - 1} and more, above the solver's 2^62: the tensor "
+                        "bytes and the profile's launch cost are too large for the exact ilp; plan with a "
+                        "heuristic (--strategy greedy)")
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -323,6 +337,7 @@ class Ilp(Strategy):
                 position[mask] = len(masks)
                 masks.append(mask)
                 costs.append(cost)
+        _check_objective_fits(graph, costs)
         hint = {position[mask] for mask in warm}
         solver = _Solver(graph, hw, masks, costs, hint, cands.complete, limit, options.progress, start)
         parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
