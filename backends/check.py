@@ -30,7 +30,7 @@ import numpy as np
 from partitioner.dtypes import numpy_dtype
 from partitioner.graph import Graph
 from partitioner.plan import Plan
-from partitioner.reference import random_inputs, run_reference
+from partitioner.reference import input_values, run_reference
 from partitioner.report import PIPED_WIDTH, table_text
 
 from .base import Backend, BackendError
@@ -131,7 +131,7 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     if custom:
         raise BackendError(f"op '{custom[0]}' is custom and has no semantics: the plan cannot be run and checked")
     try:
-        inputs = {**random_inputs(g, seed), **(inputs or {})}
+        inputs = {**input_values(g, seed), **(inputs or {})}
         reference = _reference(g, inputs)
         storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
     except MemoryError:

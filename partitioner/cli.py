@@ -27,6 +27,7 @@ from .import_cli import main as import_main
 from .loader import load_graph
 from .report import HEURISTICS, explain_text, json_report, output_width, resource_table, text_report
 from .strategies import STRATEGIES, compare, partition
+from .values import provenance, provenance_text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,6 +169,8 @@ def _run(args: argparse.Namespace) -> int:
         checks = run_and_check(plan, load_backend(args.backend, **options), args.seed)
         data["run"] = [vars(c) for c in checks]
         where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
+        data["run_inputs"] = provenance(graph)
+        text.append(provenance_text(graph, args.seed))
         text.append(check_table(checks, f"Plan run on {where}, seed {args.seed}, against the NumPy reference "
                                         "(tolerances in docs/backends.md)", width))
         status = 0 if all(c.ok for c in checks) else 1

@@ -81,6 +81,10 @@ class Graph:
         ops: primitive ops in a deterministic topological order.
         outputs: tensors that must be written to global memory.
         path: the file it was loaded from, if any.
+        values: inline constant values of inputs (format v1.1), by input name,
+            in each input's shape and dtype.
+        values_file: the ``.npz`` side file of larger constant values the graph
+            names, relative to ``path`` (``partitioner.values.constants`` reads it).
         cache: derived structure other modules compute once per graph (e.g. the
             attention structure of a pair of contractions); never part of equality.
     """
@@ -91,6 +95,8 @@ class Graph:
     ops: dict[str, Op]
     outputs: tuple[str, ...]
     path: str | None = None
+    values: dict = field(default_factory=dict, repr=False, compare=False)
+    values_file: str | None = None
     dag: nx.DiGraph = field(init=False, repr=False)
     cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 

@@ -11,7 +11,9 @@ SOURCE is one of
   module is imported from the current folder too, as ``python -m`` would.
 
 The import summary (ops mapped, folded and custom, customs by kind) goes to stderr;
-the graph goes to OUT, which is never overwritten without ``--force``. Exit status
+the graph goes to OUT, and its weights and large constants to OUT's ``.npz`` side
+file (format 1.1; ``--no-values`` leaves it out); neither is ever overwritten
+without ``--force``. Exit status
 0, or 2 with one line on stderr for bad input, 1 on an internal failure.
 """
 
@@ -29,6 +31,7 @@ from . import __version__
 from .errors import GraphError
 from .exits import OneLineParser, guarded, unwritable
 from .importers import ImportResult, extra, report, to_yaml
+from .values import write_side_file
 
 
 def _dim(text: str) -> tuple[str, str]:
@@ -69,7 +72,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
                    help="bind an ONNX dynamic dimension, or pass a keyword argument to a torch factory (repeatable)")
     p.add_argument("--name", help="the graph's name (default: OUT's file name without its suffix)")
-    p.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
+    p.add_argument("--force", action="store_true", help="overwrite OUT (and its .npz) if it exists")
+    p.add_argument("--no-values", action="store_true",
+                   help="do not write the weights and large constants to OUT's .npz side file (a run then draws "
+                        "them at random)")
     p.add_argument("--version", action="version", version=f"partition {__version__}")
     return p
 
@@ -151,11 +157,22 @@ def _run(args: argparse.Namespace) -> int:
     result = _convert(args, args.name or out.stem)
     report(result)
     result.load()  # every rule of the loader, before anything is written
+    side = out.with_suffix(".npz")
+    keep = bool(result.values) and not args.no_values
+    if keep and side.exists() and not args.force:
+        raise GraphError(f"{side}: exists; pass --force to overwrite it")
     try:
+        if keep:
+            write_side_file(side, result.values)
+            result.graph.update(format=1.1, values=side.name)
         out.write_text(to_yaml(result.graph, [f"Imported from {args.source} by `partition import` ({__version__})."]))
     except OSError as exc:
-        raise GraphError(f"{out}: cannot write it: {exc.strerror}") from None
-    print(f"wrote {out} ({len(result.graph['ops'])} ops)", file=sys.stderr)
+        raise GraphError(f"{exc.filename}: cannot write it: {exc.strerror}") from None
+    megabytes = sum(a.nbytes for a in result.values.values()) / 1e6
+    values = (f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB in {side}" if keep else
+              f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB not written (--no-values): a run draws them "
+              "at random" if result.values else "")
+    print(f"wrote {out} ({len(result.graph['ops'])} ops){values}", file=sys.stderr)
     return 0
 
 

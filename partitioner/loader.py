@@ -23,9 +23,12 @@ from .errors import GraphError, InferenceError
 from .graph import Graph, Op
 from .ops import REGISTRY, Attr, TensorType
 from .schema import validator
+from .values import parse_inline
 from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1.1
+#: The versions this reader knows; 1.1 adds constant values (``docs/graph-format.md``).
+FORMAT_VERSIONS = (1, 1.1)
 #: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
 #: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
 #: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.
@@ -298,6 +301,8 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
         raise _schema_error(ctx, data, error)
     if data.get("format", FORMAT_VERSION) > FORMAT_VERSION:
         raise ctx.error(f"format {data['format']} is newer than this reader (it reads format {FORMAT_VERSION})")
+    if data.get("format", FORMAT_VERSION) not in FORMAT_VERSIONS:
+        raise ctx.error(f"format {data['format']} is no version of the format (1 or 1.1)")
     _check_names(ctx, data)
     names = {entry["name"] for entry in [*data.get("inputs", []), *data["ops"]]}
     for entry in data["ops"]:
@@ -306,6 +311,13 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
     inputs = {e["name"]: TensorType(tuple(e["shape"]), e.get("dtype", default_dtype)) for e in data.get("inputs", [])}
     for name, t in inputs.items():
         _check_size(ctx, f"input '{name}'", t)
+    values = {}
+    for entry in data.get("inputs", []):
+        if "value" in entry:
+            try:
+                values[entry["name"]] = parse_inline(entry["value"], inputs[entry["name"]])
+            except ValueError as exc:
+                raise ctx.error(f"input '{entry['name']}': {exc}") from None
     tensors: dict[str, TensorType] = dict(inputs)
     ops: dict[str, Op] = {}
     for entry in _order_ops(ctx, data):
@@ -320,7 +332,8 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
             raise ctx.error(f"output '{out}' names nothing (no graph input or op has that name)")
     if len(set(outputs)) != len(outputs):
         raise ctx.error("'outputs' names a tensor twice")
-    return Graph(data.get("name", default_name), data.get("source", ""), inputs, ops, tuple(outputs), path)
+    return Graph(data.get("name", default_name), data.get("source", ""), inputs, ops, tuple(outputs), path, values,
+                 data.get("values"))
 
 
 def load_graph(source: str | os.PathLike | dict) -> Graph:

@@ -7,6 +7,7 @@ import numpy as np
 from .dtypes import FLOATS, INTEGERS, cast_array, numpy_dtype
 from .graph import Graph
 from .ops import TensorType, normalize_axis
+from .values import constants
 
 
 def _index_bounds(graph: Graph) -> dict[str, int]:
@@ -21,9 +22,17 @@ def _index_bounds(graph: Graph) -> dict[str, int]:
     return bounds
 
 
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded random values for every graph input (see :func:`random_values`)."""
-    return random_values(graph, list(graph.inputs), seed)
+def input_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """A value for every graph input: its constant value where the graph gives one
+    (``partitioner.values``), a seeded random one otherwise (:func:`random_values`;
+    drawn for every input, so that a constant does not change the others' draws).
+
+    Raises
+    ------
+    GraphError
+        The graph's side file of values is unreadable or does not match its inputs.
+    """
+    return {**random_values(graph, list(graph.inputs), seed), **constants(graph).values}
 
 
 def random_values(graph: Graph, names: list[str], seed: int = 0) -> dict[str, np.ndarray]:
@@ -67,8 +76,9 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     graph : Graph
         A loaded graph.
     inputs : dict of str to numpy.ndarray, optional
-        Values for graph inputs; missing ones are drawn by :func:`random_inputs`
-        (floats standard normal, integers within the axis they index).
+        Values for graph inputs; missing ones are the graph's constant values, or
+        else drawn by :func:`input_values` (floats standard normal, integers
+        within the axis they index).
     seed : int
         The seed for the drawn inputs.
 
@@ -82,7 +92,8 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     ------
     ValueError
         A given input has the wrong shape or dtype or names no input, or a gather
-        index is outside its axis.
+        index is outside its axis; a :class:`GraphError` when the graph's side
+        file of values is unreadable or does not match.
     NotImplementedError
         The graph has a ``custom`` op (it has no semantics).
 
@@ -104,7 +115,7 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     unknown = sorted(set(given) - set(graph.inputs))
     if unknown:
         raise ValueError(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a graph input")
-    values = random_inputs(graph, seed)
+    values = input_values(graph, seed)
     for name, array in given.items():
         t = graph.inputs[name]
         array = np.asarray(array)

@@ -1,4 +1,4 @@
-"""JSON Schema of graph format v1: the structure of a file, before any semantics.
+"""JSON Schema of graph format v1.1: the structure of a file, before any semantics.
 
 Op kinds, attribute types, names and shapes are checked afterwards by
 ``loader.py`` so that its messages can name the op and the problem precisely.
@@ -20,7 +20,7 @@ GRAPH_SCHEMA = {
     "additionalProperties": False,
     "required": ["ops", "outputs"],
     "properties": {
-        "format": {"type": "integer", "minimum": 1},
+        "format": {"type": "number", "minimum": 1},
         "name": _NAME,
         "source": {"type": "string"},
         "dtype": _DTYPE,
@@ -30,7 +30,7 @@ GRAPH_SCHEMA = {
                 "type": "object",
                 "additionalProperties": False,
                 "required": ["name", "shape"],
-                "properties": {"name": _NAME, "shape": _SHAPE, "dtype": _DTYPE},
+                "properties": {"name": _NAME, "shape": _SHAPE, "dtype": _DTYPE, "value": {}},
             },
         },
         "ops": {
@@ -53,6 +53,7 @@ GRAPH_SCHEMA = {
             },
         },
         "outputs": {"type": "array", "items": _NAME},
+        "values": {"type": "string", "pattern": r"\.npz$"},
     },
 }
 

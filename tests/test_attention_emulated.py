@@ -19,7 +19,7 @@ import pytest
 from backends.check import TOLERANCES, compare, output_value, run_and_check, storage_values
 from backends.cuda import CudaBackend
 from partitioner import partition, run_reference
-from partitioner.reference import random_inputs
+from partitioner.reference import input_values
 
 from .attention_graphs import attention
 
@@ -35,7 +35,7 @@ def run(graph, inputs=None):
     """Plan with the ILP (one attention kernel), emulate, and check every output."""
     plan = partition(graph, "ilp")
     assert [c.kind for c in plan.cost.groups if c.kind != "view"] == ["attention"]
-    values = {**random_inputs(graph, 0), **(inputs or {})}
+    values = {**input_values(graph, 0), **(inputs or {})}
     checks = run_and_check(plan, EMULATOR, inputs=values)
     assert all(c.ok for c in checks), checks
     reference = run_reference(graph, values)

@@ -21,7 +21,7 @@ from backends.cuda.emulate import run as run_emulated
 from backends.cuda.render import render
 from backends.numpy_backend import NumpyBackend
 from partitioner import load_graph, partition
-from partitioner.reference import random_inputs
+from partitioner.reference import input_values
 
 from .conftest import ROOT, make_graph, op
 
@@ -143,11 +143,11 @@ def test_layer_norm_on_float16_values_near_300_stays_finite():
     plan = partition(g, "ilp")
     assert [c.kind for c in plan.cost.groups] == ["reduction"]
     check(g, inputs={"x": x})
-    out = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), {**random_inputs(g), "x": x})["y"].astype(np.float64)
+    out = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), {**input_values(g), "x": x})["y"].astype(np.float64)
     xf = x.astype(np.float64)
     ref = (xf - xf.mean(-1, keepdims=True)) / np.sqrt(xf.var(-1, keepdims=True) + 1e-5)
-    w = random_inputs(g)["w"].astype(np.float64)
-    b = random_inputs(g)["b"].astype(np.float64)
+    w = input_values(g)["w"].astype(np.float64)
+    b = input_values(g)["b"].astype(np.float64)
     assert np.isfinite(out).all()
     np.testing.assert_allclose(out, ref * w + b, atol=2e-2, rtol=1e-2)
 
@@ -217,7 +217,7 @@ def test_fused_half_chains_are_bit_identical_to_unfused(dtype):
         ops.append(op(f"o{k}", kind, [prev] if arg is None else [prev, arg]))
         prev = f"o{k}"
     g = make_graph({"x": ([3, 257], dtype)}, ops, [prev], dtype=dtype)
-    values = random_inputs(g, 5)
+    values = input_values(g, 5)
     outs = []
     for strategy in ("none", "ilp"):
         plan = partition(g, strategy)
@@ -247,7 +247,7 @@ def test_handwritten_graphs_at_reduced_shapes_match_numpy_backend(name, sizes):
     g = _shrunk(ROOT / "graphs" / f"{name}.yaml", sizes)
     for strategy in ("greedy", "ilp"):
         plan = partition(g, strategy)
-        values = random_inputs(g, 1)
+        values = input_values(g, 1)
         emulated = EMULATOR.run(EMULATOR.build(EMULATOR.render(plan)), values)
         numpy_run = NumpyBackend().run(plan, values)
         for out in g.outputs:
@@ -259,7 +259,7 @@ def test_handwritten_graphs_at_reduced_shapes_match_numpy_backend(name, sizes):
 def test_kernels_run_only_what_crosses_group_boundaries():
     g = make_graph({"x": [31]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"]), op("c", "abs", ["b"])], ["c"])
     rendered = render(partition(g, "ilp"))
-    written = run_emulated(rendered, random_inputs(g))
+    written = run_emulated(rendered, input_values(g))
     assert set(written) == {"c"}  # a and b stay in registers
 
 
@@ -289,7 +289,7 @@ def test_pad_values_round_to_the_tensor_dtype_and_fuse_bit_identically():
                                              op("y", "mul", ["p", 0.5]), op("z", "mul", ["q", 3.0])], ["y", "z"],
                    dtype="float16")
     check(g, ("none", "greedy", "ilp"))
-    values = random_inputs(g, 2)
+    values = input_values(g, 2)
     bits = [EMULATOR.run(EMULATOR.build(EMULATOR.render(partition(g, s))), values)["z"].view(np.uint16)
             for s in ("none", "ilp")]
     assert np.array_equal(bits[0], bits[1])
@@ -392,7 +392,7 @@ def test_a_crashing_kernel_is_named_with_its_signal_and_thread():
     # read one whole tensor past the end of the input: the guard page after it faults
     rendered.kernels[0] = replace(kernel, source=kernel.source.replace("part_load(in0[", "part_load(in0[4096 + "))
     with pytest.raises(EmulatorError) as failure:
-        run_emulated(rendered, random_inputs(g))
+        run_emulated(rendered, input_values(g))
     message = str(failure.value)
     assert "killed by SIGSEGV" in message and "invalid memory access" in message
     assert f"group 0 (contraction: e, r, t, ...), kernel {kernel.name}" in message

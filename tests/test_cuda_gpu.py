@@ -10,7 +10,7 @@ from backends.check import run_and_check
 from backends.cuda import CudaBackend
 from backends.cuda.run import gpu_available
 from partitioner import load_graph, partition
-from partitioner.reference import random_inputs
+from partitioner.reference import input_values
 
 from .conftest import GRAPHS, ROOT
 
@@ -33,7 +33,7 @@ def test_gpu_and_emulator_agree_bit_for_bit_on_pointwise_and_reductions(path):
     plan = partition(graph, "ilp")
     if any(g.kind == "contraction" for g in plan.cost.groups):
         pytest.skip("tensor-core accumulation order is the hardware's")
-    values = random_inputs(graph)
+    values = input_values(graph)
     gpu, emulated = CudaBackend(), CudaBackend(emulate=True)
     a = gpu.run(gpu.build(gpu.render(plan)), values)
     if graph.tensor(graph.outputs[0]).numel > 2**22:

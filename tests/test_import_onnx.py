@@ -56,16 +56,16 @@ def feeds_for(model, seed=0, positive=False):
 
 
 def check(model, feeds=None, rtol=1e-5, atol=1e-5, positive=False, dims=None, ort_model=None):
-    """Import ``model``, run it with onnxruntime and with run_reference on the same inputs
-    (weights included), and compare every output; returns the import result."""
+    """Import ``model``, run it with onnxruntime and with run_reference on the same
+    inputs (the graph keeps the weights and constants), and compare every output;
+    returns the import result."""
     feeds = feeds_for(model, positive=positive) if feeds is None else feeds
     session = ort.InferenceSession((ort_model or model).SerializeToString(), providers=["CPUExecutionProvider"])
     expected = session.run(None, feeds)
     result = onnx_importer.convert(model, dims)
     assert not result.summary.custom, result.summary.text("import")
     graph = result.load()
-    values = {result.renamed.get(k, k): v for k, v in feeds.items()} | result.constants
-    values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in graph.inputs})
+    values = {result.renamed.get(k, k): v for k, v in feeds.items()}  # weights and constants: the graph's own
     got = run_reference(graph, {k: v for k, v in values.items() if k in graph.inputs})
     for out, want in zip((result.renamed.get(o.name, o.name) for o in model.graph.output), expected):
         assert got[out].shape == want.shape, out
@@ -439,3 +439,18 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "out.yaml").exists()
+
+
+def test_dropout_is_the_identity_only_at_inference(capsys):
+    """Opset 13 exporters name Dropout's mask though nothing reads it: still the
+    identity. Training mode with a non-zero ratio draws a random mask: custom."""
+    x = {"x": (F, [4, 8])}
+    named_mask = make([helper.make_node("Dropout", ["x"], ["y", "mask"])], x, {"y": (F, None)}, 13)
+    result = check(named_mask)
+    assert [o["op"] for o in result.graph["ops"]] == ["reshape"]
+    ratio = {"r": np.array(0.5, np.float32), "t": np.array(True)}
+    training = make([helper.make_node("Dropout", ["x", "r", "t"], ["y"])], x, {"y": (F, None)}, 13, ratio)
+    result = onnx_importer.convert(training)
+    assert result.summary.reasons == {"Dropout": "training-mode Dropout draws a random mask on every run"}
+    ratio["r"] = np.array(0.0, np.float32)
+    check(make([helper.make_node("Dropout", ["x", "r", "t"], ["y"])], x, {"y": (F, None)}, 13, ratio))

@@ -19,7 +19,6 @@ from torch import nn  # noqa: E402
 import partitioner  # noqa: E402
 from partitioner import cli, partition, run_reference  # noqa: E402
 from partitioner.dtypes import numpy_dtype  # noqa: E402
-from partitioner.importers import sanitize  # noqa: E402
 from partitioner.importers import torch as torch_importer  # noqa: E402
 
 TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2),
@@ -158,15 +157,12 @@ def compare(name, got: np.ndarray, want: torch.Tensor):
 
 
 def import_and_run(module, inputs):
-    """Import ``module``; run the graph with the module's own weights and inputs."""
+    """Import ``module``; run the graph, which keeps the module's weights, on its inputs."""
     module = module.eval()
     program = torch.export.export(module, inputs).run_decompositions()
     result = torch_importer.convert(program, type(module).__name__)
-    graph = result.load()
-    state = {**program.state_dict, **program.constants}
-    feeds = {sanitize(spec.target): state[spec.target] for spec in program.graph_signature.input_specs
-             if spec.target in state}
-    feeds.update({f"input_{i}": t for i, t in enumerate(inputs)})
+    graph = result.load()  # it keeps the weights, buffers and constants: only the inputs are fed
+    feeds = {f"input_{i}": t for i, t in enumerate(inputs)}
     feeds = {k: (v.detach().float().numpy().astype(numpy_dtype("bfloat16")) if v.dtype == torch.bfloat16
                  else v.detach().numpy()) for k, v in feeds.items() if k in graph.inputs}
     return program, result, graph, run_reference(graph, feeds)

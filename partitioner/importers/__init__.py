@@ -19,12 +19,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 import yaml
 
+from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError
 from ..graph import Graph
 from ..loader import NAME_PATTERN, load_graph
 from ..ops import TensorType
+from ..values import INLINE_LIMIT, to_inline
 from ..yamlio import parse_yaml
 
 Operand = str | int | float
@@ -111,21 +114,26 @@ class ImportResult:
     Attributes:
         graph: the format-v1 dict (what :func:`to_yaml` writes).
         summary: counts of mapped and custom ops.
-        constants: values of graph inputs that were constants of the source
-            (folded tensors too large to be literals), by input name; weights'
-            values are never read, so they are not here.
+        values: the values of graph inputs that are constants of the source
+            (weights, and folded tensors too large to be literals) and too large
+            to sit inline in the graph (``partitioner.values.INLINE_LIMIT``
+            elements); smaller ones are the inputs' ``value`` in ``graph``. The
+            import command writes these to the graph's ``.npz`` side file.
         renamed: source tensor name -> graph name, for the names that had to
             change to be valid format-v1 names.
     """
 
     graph: dict
     summary: Summary
-    constants: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, np.ndarray] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
 
     def load(self) -> Graph:
-        """The graph through :func:`partitioner.load_graph` (raises GraphError)."""
-        return load_graph(self.graph)
+        """The graph through :func:`partitioner.load_graph`, holding every constant
+        value in memory (raises GraphError)."""
+        graph = load_graph(self.graph)
+        graph.values.update(self.values)
+        return graph
 
 
 def report(result: ImportResult, verbose: bool = True) -> None:
@@ -149,6 +157,7 @@ class GraphBuilder:
         self.inputs: list[dict] = []
         self.ops: list[dict] = []
         self.types: dict[str, TensorType] = {}
+        self.values: dict[str, np.ndarray] = {}
         self.summary = Summary()
         # Names the source graph uses; helper ops never take one of them.
         self._taken: set[str] = set(reserved)
@@ -167,11 +176,21 @@ class GraphBuilder:
 
     # ---------------------------------------------------------------- tensors
 
-    def add_input(self, name: str, shape: Sequence[int], dtype: str) -> str:
-        """Declare a graph input (activation or weight) and return its name."""
-        self.types[name] = TensorType(tuple(int(d) for d in shape), dtype)
+    def add_input(self, name: str, shape: Sequence[int], dtype: str, value: np.ndarray | None = None) -> str:
+        """Declare a graph input (activation or weight) and return its name. A
+        constant's ``value`` (any array of its shape, converted to ``dtype``) goes
+        inline when small, else to the side file's values."""
+        t = self.types[name] = TensorType(tuple(int(d) for d in shape), dtype)
         self._taken.add(name)
-        self.inputs.append({"name": name, "shape": list(self.types[name].shape), "dtype": dtype})
+        entry = {"name": name, "shape": list(t.shape), "dtype": dtype}
+        if value is not None:
+            array = np.asarray(value)
+            array = array if array.dtype == numpy_dtype(dtype) else cast_array(array, dtype)
+            if array.size <= INLINE_LIMIT:
+                entry["value"] = to_inline(array)
+            else:
+                self.values[name] = array
+        self.inputs.append(entry)
         return name
 
     def type(self, name: str) -> TensorType:
@@ -241,6 +260,7 @@ class GraphBuilder:
         n_ops, n_inputs = mark
         for entry in self.ops[n_ops:] + self.inputs[n_inputs:]:
             del self.types[entry["name"]]
+            self.values.pop(entry["name"], None)
         del self.ops[n_ops:], self.inputs[n_inputs:]
 
     def count(self, outcome: str, kind: str = "", reason: str = "") -> None:
@@ -257,13 +277,14 @@ class GraphBuilder:
 
     # ---------------------------------------------------------------- result
 
-    def result(self, outputs: Sequence[str], constants: dict | None = None,
-               renamed: dict[str, str] | None = None) -> ImportResult:
-        """The finished graph; ``outputs`` are tensor names (duplicates are dropped)."""
-        graph = {"format": 1, "name": self.name, "source": self.source, "inputs": self.inputs,
+    def result(self, outputs: Sequence[str], renamed: dict[str, str] | None = None) -> ImportResult:
+        """The finished graph; ``outputs`` are tensor names (duplicates are dropped).
+        Only a graph with constant values needs format 1.1."""
+        version = 1.1 if self.values or any("value" in e for e in self.inputs) else 1
+        graph = {"format": version, "name": self.name, "source": self.source, "inputs": self.inputs,
                  "ops": self.ops, "outputs": list(dict.fromkeys(outputs))}
         self.summary.graph_ops = len(self.ops)
-        return ImportResult(graph, self.summary, constants or {}, renamed or {})
+        return ImportResult(graph, self.summary, self.values, renamed or {})
 
 
 def sanitize(name: str) -> str:
@@ -357,7 +378,7 @@ def to_yaml(graph: dict, comments: Sequence[str] = ()) -> str:
     """``graph`` as YAML in the style of ``graphs/``: header fields, then one input and
     one op per line in flow style. ``comments`` become ``#`` lines at the top."""
     lines = [f"# {c}" for c in comments]
-    lines += [_header(key, graph[key]) for key in ("format", "name", "source", "dtype") if key in graph]
+    lines += [_header(key, graph[key]) for key in ("format", "name", "source", "dtype", "values") if key in graph]
     for key in ("inputs", "ops"):
         lines.append(f"{key}:")
         lines += [f"  - {_flow(entry)}" for entry in graph.get(key, [])]

@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
+from ..dtypes import cast_array
 from ..errors import GraphError, InferenceError
 from ..graph import Graph
 from ..ops import broadcast_shapes, reshape_target
@@ -222,7 +223,7 @@ class _Converter:
         self.b = GraphBuilder(name, source, reserved=self.names.values())
         self.types = self._onnx_types()
         self.env: dict[str, Any] = {}
-        self.constants: dict[str, np.ndarray] = {}
+        self.consumed = {i for n in self.graph.node for i in n.input} | {o.name for o in self.graph.output}
 
     # ---------------------------------------------------------------- setup
 
@@ -268,16 +269,15 @@ class _Converter:
         initializers = {t.name: t for t in self.graph.initializer}
         for init in initializers.values():
             self.env[init.name] = _Known(init.name, self._initializer_value(init), init)
-        consumed = {i for n in self.graph.node for i in n.input} | {o.name for o in self.graph.output}
         for value in self.graph.input:
-            if value.name not in initializers and value.name in consumed:
+            if value.name not in initializers and value.name in self.consumed:
                 shape, _ = self.types[value.name]
                 self.env[value.name] = self.b.add_input(self.names[value.name], shape, self.dtype(value.name))
         for node in self.graph.node:
             self._node(node)
         outputs = [self.tensor(o.name) for o in self.graph.output]
         renamed = {k: v for k, v in self.names.items() if k != v}
-        return self.b.result(outputs, self.constants, renamed)
+        return self.b.result(outputs, renamed)
 
     def _initializer_value(self, init: TensorProto) -> np.ndarray | None:
         """Integer, bool and one-element initializers are read (shapes, indices,
@@ -315,13 +315,14 @@ class _Converter:
             return False
         if node.op_type in _STATIC:
             values = _STATIC[node.op_type](self, node)
+        elif node.op_type == "CastLike" and self._known_cast_like(node):
+            values = [cast_array(self.env[node.input[0]].value, DTYPES[self.types[node.input[1]][1]])]
         else:
             inputs = [i for i in node.input if i]
             known = [self.env.get(i) for i in inputs]
             if not all(isinstance(k, _Known) and k.value is not None for k in known):
                 return False
-            if any(self.types.get(o, (None,))[0] is None or math.prod(self.types[o][0]) > FOLD_LIMIT
-                   for o in node.output if o):
+            if any(_folded_size(self, node, known, o) > FOLD_LIMIT for o in node.output if o):
                 return False
             try:
                 values = ReferenceEvaluator(node, opsets=self.opsets).run(None, {i: k.value for i, k in zip(inputs, known)})
@@ -330,6 +331,13 @@ class _Converter:
         for out, value in zip(node.output, values):
             self.env[out] = _Known(out, np.asarray(value))
         return True
+
+    def _known_cast_like(self, node: onnx.NodeProto) -> bool:
+        """A known value cast like a run-time tensor of a statically known dtype (the
+        scalars of ONNX's function bodies: ``CastLike(-inf, X)``) folds to a constant."""
+        value = self.env.get(node.input[0])
+        return (isinstance(value, _Known) and value.value is not None
+                and self.types.get(node.input[1], (None, None))[1] in DTYPES)
 
     def _custom(self, node: onnx.NodeProto, kind: str) -> None:
         inputs = list(dict.fromkeys(self.tensor(i) for i in node.input if i))
@@ -345,21 +353,22 @@ class _Converter:
     # ---------------------------------------------------------------- values
 
     def tensor(self, onnx_name: str) -> str:
-        """The graph tensor of an ONNX tensor; a known value becomes a graph input
-        (its value is kept in the result's ``constants`` unless it is a weight)."""
+        """The graph tensor of an ONNX tensor; a known value (a weight, a folded
+        tensor) becomes a graph input that keeps its value."""
         value = self.env[onnx_name]
         if not isinstance(value, _Known):
             return value
         if value.name not in self.b.types:  # not yet a graph input (or dropped by a rollback)
             if value.initializer is not None:
                 shape, dtype = tuple(value.initializer.dims), self.dtype(onnx_name, value.initializer.data_type)
+                data = value.value if value.value is not None else numpy_helper.to_array(value.initializer,
+                                                                                          self.base_dir or "")
             else:
-                shape, dtype = value.value.shape, str(value.value.dtype)  # NumPy's names are the format's
+                # NumPy's (and ml_dtypes') names are the format's
+                shape, dtype, data = value.value.shape, str(value.value.dtype), value.value
                 if dtype not in DTYPES.values():
                     raise GraphError(f"{self.label}: tensor '{onnx_name}' is {dtype}, which format v1 has no dtype for")
-            value.name = self.b.add_input(self.names[onnx_name], shape, dtype)
-            if value.initializer is None:
-                self.constants[value.name] = value.value
+            value.name = self.b.add_input(self.names[onnx_name], shape, dtype, data)
         return value.name
 
     def operand(self, node: onnx.NodeProto, index: int) -> str | int | float:
@@ -419,9 +428,44 @@ def _attr(node: onnx.NodeProto, key: str, default: Any = None) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _used(node: onnx.NodeProto, count: int) -> bool:
-    """Whether outputs beyond the first ``count`` are named (used) by the model."""
-    return any(node.output[count:])
+def _folded_size(cx: _Converter, node: onnx.NodeProto, known: list[_Known], out: str) -> float:
+    """Elements of a result ``node`` would have if folded: ONNX inference's static
+    shape, or for an op whose shape follows from its operands' values (which data
+    propagation may not give), the size those values make; infinite when unknown, so
+    that nothing unbounded is evaluated at import time."""
+    shape = cx.types.get(out, (None,))[0]
+    if shape is not None:
+        return math.prod(shape)
+    try:
+        return _generated_size(node, [np.asarray(k.value) for k in known])
+    except (ValueError, TypeError, OverflowError, IndexError):  # malformed operands: the converter says why
+        return math.inf
+
+
+def _generated_size(node: onnx.NodeProto, values: list[np.ndarray]) -> float:
+    """Elements of the result of an op whose shape its operands' values give."""
+    op_type = node.op_type
+    if op_type == "ConstantOfShape":
+        return math.prod(int(d) for d in values[0].ravel())
+    if op_type == "Range":
+        start, limit, delta = (float(v) for v in values)
+        return max(0, math.ceil((limit - start) / delta)) if delta else math.inf
+    if op_type == "Expand":
+        return math.prod(np.broadcast_shapes(values[0].shape, tuple(int(d) for d in values[1].ravel())))
+    if op_type == "Tile":
+        return values[0].size * math.prod(int(r) for r in values[1].ravel())
+    if op_type == "Pad" and not (len(node.input) > 3 and node.input[3]):  # pads of every axis
+        pads = [int(p) for p in values[1].ravel()]
+        rank = values[0].ndim
+        if len(pads) == 2 * rank:
+            return math.prod(d + pads[i] + pads[i + rank] for i, d in enumerate(values[0].shape))
+    return math.inf
+
+
+def _used(cx: _Converter, node: onnx.NodeProto, count: int) -> bool:
+    """Whether an output beyond the first ``count`` is read by a node or is a graph
+    output (exporters name outputs nothing reads, such as Dropout's mask)."""
+    return any(o in cx.consumed for o in node.output[count:] if o)
 
 
 # ---------------------------------------------------------------- static values (folded, never in the graph)
@@ -493,10 +537,26 @@ def _div(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("Identity", "Dropout")
 def _identity(cx: _Converter, node: onnx.NodeProto) -> str:
-    """An alias (Dropout in inference is one): a view, which moves no bytes."""
-    if _used(node, 1):
-        raise Unmappable("Dropout's mask output is used")
+    """An alias (Dropout at inference is one): a view, which moves no bytes."""
+    if node.op_type == "Dropout":
+        _check_inference_dropout(cx, node)
     return _reshape_to(cx, node, list(cx.shape(node.input[0])))
+
+
+def _check_inference_dropout(cx: _Converter, node: onnx.NodeProto) -> None:
+    """Raise Unmappable unless this Dropout is the identity: not in training mode
+    (no ``training_mode`` operand, or a static false one; ``is_test`` before opset
+    7), or a static ratio of 0; and its mask output read by nothing."""
+    if _used(cx, node, 1):
+        raise Unmappable("Dropout's mask output is used")
+    training = _attr(node, "is_test", 0) == 0 if cx.opset < 7 else False
+    if cx.opset >= 12 and len(node.input) > 2 and node.input[2]:
+        mode = cx.static(node, 2)  # raises Unmappable when computed at run time
+        training = bool(mode)
+    if training:
+        ratio = cx.static(node, 1) if cx.opset >= 12 else np.asarray(_attr(node, "ratio", 0.5))
+        if ratio is None or float(ratio) != 0.0:
+            raise Unmappable("training-mode Dropout draws a random mask on every run")
 
 
 @_register("Gelu")
@@ -579,7 +639,7 @@ def _softmax(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("LayerNormalization")
 def _layer_norm(cx: _Converter, node: onnx.NodeProto) -> str:
-    if _used(node, 1):
+    if _used(cx, node, 1):
         raise Unmappable("the Mean and InvStdDev outputs are used")
     x = cx.tensor(node.input[0])
     rank = len(cx.b.type(x).shape)
@@ -591,7 +651,7 @@ def _layer_norm(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("BatchNormalization")
 def _batch_norm(cx: _Converter, node: onnx.NodeProto) -> str:
-    if _attr(node, "training_mode", 0) or _used(node, 1):
+    if _attr(node, "training_mode", 0) or _used(cx, node, 1):
         raise Unmappable("training-mode BatchNormalization (batch statistics)")
     x, scale, bias, mean, var = (cx.tensor(i) for i in node.input[:5])
     return batch_norm(cx.b, cx.names[node.output[0]], x, scale, bias, mean, var, _attr(node, "epsilon", 1e-5))
@@ -696,7 +756,8 @@ def _reshape(cx: _Converter, node: onnx.NodeProto) -> str:
 @_register("Flatten")
 def _flatten(cx: _Converter, node: onnx.NodeProto) -> str:
     shape = cx.shape(node.input[0])
-    axis = _attr(node, "axis", 1) % (len(shape) + 1) if shape else 0
+    axis = _attr(node, "axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis  # ONNX: a negative axis counts from the rank
     return _reshape_to(cx, node, [math.prod(shape[:axis]), math.prod(shape[axis:])])
 
 

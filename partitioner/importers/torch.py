@@ -4,13 +4,14 @@ The program is lowered to core ATen (``run_decompositions()``) and walked node b
 node. Every op states PyTorch's own shape and dtype (``node.meta["val"]``), so the
 loader checks the format's inference against PyTorch's; an op the format cannot
 express faithfully becomes ``custom`` with its ATen name as ``kind``. Only
-``meta["val"]`` is read, never a tensor's data, so programs exported from models
-on the ``meta`` device import the same way.
+``meta["val"]`` is read of an op, so programs exported from models on the
+``meta`` device import the same way.
 
 Graph inputs: parameters, buffers and lifted constants under their qualified
-names (``layers.0.mlp.up.weight``), then the module's own inputs as ``input_0``,
-``input_1``, ... in the order torch.export flattens them. Inputs no op reads are
-left out.
+names (``layers.0.mlp.up.weight``), keeping their values unless they are on the
+``meta`` device (format 1.1 constants: inline when small, else for the side
+file), then the module's own inputs as ``input_0``, ``input_1``, ... in the order
+torch.export flattens them. Inputs no op reads are left out.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import operator
 import warnings
 from typing import Any, Callable
 
+import ml_dtypes
+import numpy as np
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
@@ -197,7 +200,18 @@ class _Converter:
             val = node.meta.get("val")
             if isinstance(val, torch.Tensor) and any(u.meta.get("val") is not None or u.op == "output"
                                                      for u in node.users):
-                self.env[node] = self.b.add_input(name, _shape(node, val), _dtype(node, val))
+                value = self._weight_value(spec.target) if spec.kind in _WEIGHT_KINDS else None
+                self.env[node] = self.b.add_input(name, _shape(node, val), _dtype(node, val), value)
+
+    def _weight_value(self, target: str) -> np.ndarray | None:
+        """A parameter's, buffer's or lifted constant's data; None on the meta device."""
+        tensor = self.program.state_dict.get(target, self.program.constants.get(target))
+        if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
+            return None
+        tensor = tensor.detach().cpu()
+        if tensor.dtype == torch.bfloat16:  # NumPy has no bfloat16: through its bits
+            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return tensor.numpy()
 
     def _call(self, node: Node) -> None:
         val = node.meta.get("val")
