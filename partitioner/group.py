@@ -68,7 +68,7 @@ class Group:
             return "attention" if two or "reduction" in classes else "contraction"
         if "reduction" in classes:
             return "reduction"
-        if classes & {"gather", "opaque"}:
+        if classes & {"gather", "opaque", "scan"}:
             return "single"
         return "pointwise"
 

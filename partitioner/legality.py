@@ -13,7 +13,8 @@ partition.empty_group            a group has no ops
 plan.cycle                       the groups depend on each other in a cycle
 group.disconnected               members share neither a tensor nor a dependency
 group.not_convex                 a path between two members leaves the group
-op.never_fuses                   gather or custom together with another op
+op.never_fuses                   gather, cumsum or custom together with another op
+window.kernel                    a pooling op with a contraction or a reduction
 contraction.multiple             two contractions in one group that are no attention pair
 contraction.with_reduction       a contraction and a reduction in one group, no attention
 attention.operand                an attention product that is not a matmul of matrices, or
@@ -102,7 +103,8 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     """The first rule broken by the op set ``mask`` that no larger set can repair, or ``None``.
 
     These rules count or compare members (never-fusing ops, reduction signatures,
-    the op cap) or depend on ops every convex superset holds too: three
+    the op cap, a window op with a contraction or reduction) or depend on ops every
+    convex superset holds too: three
     contractions, or two whose middle (every op on a path between them, which a
     convex set must hold) is no attention softmax (``attention.pair``), or a
     reduction no attention pair of the set's contractions can take. A set breaking
@@ -111,11 +113,17 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     """
     compute = mask & g.compute_mask
     classes = g.class_masks
-    never = compute & (classes.get("gather", 0) | classes.get("opaque", 0))
+    never = compute & (classes.get("gather", 0) | classes.get("opaque", 0) | classes.get("scan", 0))
     if never and compute != never & -never:
         op = g.ops[g.names(never & -never)[0]]
         return IllegalPlan("op.never_fuses", f"{op.kind} '{op.name}' never fuses with other ops", (op.name,))
     reductions = compute & classes.get("reduction", 0)
+    windows = compute & classes.get("window", 0)
+    anchors = compute & (classes.get("contraction", 0) | reductions)
+    if windows and anchors:  # only a pointwise kernel evaluates a window's input at every tap
+        op, other = (g.ops[g.names(m & -m)[0]] for m in (windows, anchors))
+        return IllegalPlan("window.kernel", f"{op.kind} '{op.name}' fuses only with elementwise and layout ops, "
+                           f"not with {other.op_class} '{other.name}'", (op.name, other.name))
     violation = _contraction_violation(g, compute & classes.get("contraction", 0), reductions)
     if violation is not None:
         return violation

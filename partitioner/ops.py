@@ -15,9 +15,16 @@ injective   layout ops that move elements without arithmetic: reshape,
             transpose, slice, concat, pad (TVM's *injective* pattern)
 reduction   reduces over ``axes``
 contraction matmul, conv2d
+window      ``max_pool2d``, ``avg_pool2d``: each output element from a window
+            of its input; fuses only with elementwise and layout ops (a
+            pointwise kernel evaluates its producers at every tap)
+scan        ``cumsum``: each output element from every earlier one of its
+            row; never fuses
 gather      data-dependent indexing; never fuses
 opaque      ``custom``: no semantics; never fuses
 ========== ================================================================
+
+``arange`` is elementwise with no operand: its value is a function of the index.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ from typing import Any, Callable
 import numpy as np
 import scipy.special
 
-from .dtypes import (FLOATS, INTEGERS, Literal, cast_array, compute_dtype, numpy_dtype, product_accumulator, promote,
-                     reduction_accumulator)
+from . import pooling
+from .dtypes import (FLOATS, INTEGERS, Literal, accumulator_dtype, cast_array, compute_dtype, numpy_dtype,
+                     product_accumulator, promote, reduction_accumulator)
 from .errors import InferenceError
 
 Shape = tuple[int, ...]
@@ -396,6 +404,56 @@ def _infer_gather(operands, attrs):
     return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)
 
 
+def arange_length(attrs: dict) -> int:
+    """Elements of ``arange``: ``max(ceil((limit - start) / delta), 0)`` (ONNX Range),
+    exact for integers."""
+    start, limit, delta = attrs["start"], attrs["limit"], attrs["delta"]
+    if all(isinstance(v, int) for v in (start, limit, delta)):
+        return max(0, -((start - limit) // delta))
+    return max(0, math.ceil((limit - start) / delta))
+
+
+def arange_dtype(attrs: dict) -> str:
+    """The stated ``dtype``, else int64 for integer bounds and float32 otherwise."""
+    if attrs.get("dtype"):
+        return attrs["dtype"]
+    return "int64" if all(isinstance(attrs[k], int) for k in ("start", "limit", "delta")) else "float32"
+
+
+def _infer_arange(operands, attrs):
+    if attrs["delta"] == 0:
+        raise InferenceError("delta must not be 0")
+    dtype = arange_dtype(attrs)
+    if dtype == "bool":
+        raise InferenceError("arange has no bool dtype")
+    n = arange_length(attrs)
+    if dtype in INTEGERS:
+        if not all(isinstance(attrs[k], int) for k in ("start", "limit", "delta")):
+            raise InferenceError(f"an {dtype} arange needs integer start, limit and delta")
+        check_literal_range([attrs["start"], attrs["start"] + max(n - 1, 0) * attrs["delta"]], dtype)
+    return TensorType((n,), dtype)
+
+
+def _infer_cumsum(operands, attrs):
+    x = operands[0]
+    if not x.shape:
+        raise InferenceError("cumsum needs a tensor of rank 1 or more")
+    normalize_axis(attrs["axis"], len(x.shape))
+    return TensorType(x.shape, x.dtype if x.dtype in FLOATS else "int64")
+
+
+def _infer_pool(kind: str):
+    def infer(operands, attrs):
+        x = operands[0]
+        if kind == "avg_pool2d" and x.dtype not in FLOATS:
+            raise InferenceError(f"avg_pool2d needs a float tensor, got {x.dtype}")
+        if x.dtype == "bool":
+            raise InferenceError("max_pool2d of a bool tensor")
+        return TensorType(pooling.output_shape(x.shape, attrs), x.dtype)
+
+    return infer
+
+
 def _infer_custom(operands, attrs):
     raise InferenceError("custom ops must state their shape and dtype")
 
@@ -413,6 +471,10 @@ def _flops_none(operands, attrs, out) -> int:
 
 def _flops_reduce(operands, attrs, out) -> int:
     return operands[0].numel
+
+
+def _flops_pool(operands, attrs, out) -> int:
+    return out.numel * pooling.window_elements(attrs)
 
 
 def _flops_matmul(operands, attrs, out) -> int:
@@ -592,6 +654,60 @@ def _ref_gather(values, attrs, operand_types, out):
     return np.take(data, indices, axis=axis)
 
 
+def _ref_arange(values, attrs, operand_types, out):
+    steps = np.arange(out.numel, dtype=np.int64)
+    if out.dtype in INTEGERS:
+        return (attrs["start"] + steps * attrs["delta"]).astype(numpy_dtype(out.dtype))
+    return cast_array(attrs["start"] + steps.astype(np.float64) * attrs["delta"], out.dtype)
+
+
+def _ref_cumsum(values, attrs, operand_types, out):
+    x = values[0].astype(numpy_dtype(accumulator_dtype(operand_types[0].dtype)))
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    if attrs["reverse"]:
+        x = np.flip(x, axis)
+    with np.errstate(all="ignore"):
+        total = np.cumsum(x, axis=axis)
+    if attrs["exclusive"]:  # the running sum before each element: zero, then all but the last
+        shifted = np.zeros_like(total)
+        head, tail = [slice(None)] * x.ndim, [slice(None)] * x.ndim
+        head[axis], tail[axis] = slice(None, -1), slice(1, None)
+        shifted[tuple(tail)] = total[tuple(head)]
+        total = shifted
+    if attrs["reverse"]:
+        total = np.flip(total, axis)
+    return cast_array(total, out.dtype)
+
+
+def _ref_pool(kind: str):
+    def reference(values, attrs, operand_types, out):
+        x = values[0]
+        dtype = compute_dtype(out.dtype)
+        rows, cols = pooling.geometry(x.shape, attrs)
+        result = np.empty(out.shape, dtype=numpy_dtype(dtype))
+        for oh in range(rows.out):
+            for ow in range(cols.out):
+                window = x[:, :, rows.taps(oh)][:, :, :, cols.taps(ow)].astype(numpy_dtype(dtype))
+                result[:, :, oh, ow] = _pool_window(kind, window, rows.padded_count(oh) * cols.padded_count(ow),
+                                                    attrs, dtype)
+        return cast_array(result, out.dtype)
+
+    return reference
+
+
+def _pool_window(kind: str, window: np.ndarray, padded: int, attrs: dict, dtype: str) -> np.ndarray:
+    """One output position of a pool from its window ``[N, C, taps_h, taps_w]``."""
+    count = window.shape[2] * window.shape[3]
+    with np.errstate(all="ignore"):
+        if kind == "max_pool2d":
+            if not count:
+                least = -np.inf if dtype in FLOATS else np.iinfo(numpy_dtype(dtype)).min
+                return np.full(window.shape[:2], least, dtype=numpy_dtype(dtype))
+            return np.max(window, axis=(2, 3))  # NaN propagates, as reduce_max
+        divisor = padded if attrs["count_include_pad"] else count
+        return np.sum(window, axis=(2, 3)) / np.asarray(divisor, dtype=numpy_dtype(dtype))
+
+
 def _ref_custom(values, attrs, operand_types, out):
     raise NotImplementedError(f"custom op (kind {attrs.get('kind')!r}) has no reference semantics")
 
@@ -651,7 +767,12 @@ for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le
                    ("gt", np.greater), ("ge", np.greater_equal), ("logical_and", np.logical_and),
                    ("logical_or", np.logical_or)]:
     _binary(_name, _fn, _bool_result, compute_in="operands")
+_binary("floor_divide", np.floor_divide, _no_bool("floor_divide", _same_dtype))
+_binary("remainder", np.remainder, _no_bool("remainder", _same_dtype))
 _register(OpSpec("where", "elementwise", 3, 3, _infer_map(_where_result), _ref_where, _flops_per_output))
+_register(OpSpec("arange", "elementwise", 0, 0, _infer_arange, _ref_arange, _flops_per_output,
+                 {"start": Attr("number", required=True), "limit": Attr("number", required=True),
+                  "delta": Attr("number", default=1), "dtype": Attr("dtype")}, False))
 
 _REDUCE_ATTRS = {"axes": Attr("ints"), "keepdims": Attr("bool", default=False)}
 
@@ -694,6 +815,16 @@ _register(OpSpec("matmul", "contraction", 2, 2, _infer_matmul, _ref_matmul, _flo
 _register(OpSpec("conv2d", "contraction", 2, 3, _infer_conv2d, _ref_conv2d, _flops_conv2d,
                  {"strides": Attr("ints", default=[1, 1]), "pads": Attr("ints", default=[0, 0, 0, 0]),
                   "dilations": Attr("ints", default=[1, 1]), "groups": Attr("int", default=1)}, False))
+_register(OpSpec("cumsum", "scan", 1, 1, _infer_cumsum, _ref_cumsum, _flops_per_output,
+                 {"axis": Attr("int", required=True), "exclusive": Attr("bool", default=False),
+                  "reverse": Attr("bool", default=False)}, False))
+_POOL_ATTRS = {"kernel_shape": Attr("ints", required=True), "strides": Attr("ints", default=[1, 1]),
+               "pads": Attr("ints", default=[0, 0, 0, 0]), "dilations": Attr("ints", default=[1, 1]),
+               "ceil_mode": Attr("bool", default=False)}
+_register(OpSpec("max_pool2d", "window", 1, 1, _infer_pool("max_pool2d"), _ref_pool("max_pool2d"), _flops_pool,
+                 _POOL_ATTRS, False))
+_register(OpSpec("avg_pool2d", "window", 1, 1, _infer_pool("avg_pool2d"), _ref_pool("avg_pool2d"), _flops_pool,
+                 {**_POOL_ATTRS, "count_include_pad": Attr("bool", default=False)}, False))
 _register(OpSpec("gather", "gather", 2, 2, _infer_gather, _ref_gather, _flops_none,
                  {"axis": Attr("int", default=0)}, False))
 _register(OpSpec("custom", "opaque", 0, None, _infer_custom, _ref_custom, _flops_none,

@@ -71,7 +71,7 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     """A valid lower bound on any legal plan's integer objective, from structure alone.
 
     Launches, counted over the ops with a non-empty result (a group of empty results
-    launches nothing): every gather or custom op is alone; a group holds one contraction, or
+    launches nothing): every gather, cumsum or custom op is alone; a group holds one contraction, or
     two only as an attention group, whose pairs are disjoint (at most a maximum
     matching of the attention pairs); a reduction signature class with a reduction
     outside every attention pair's softmax needs a reduction group of its own; and a
@@ -121,7 +121,7 @@ def _launch_bound(g: Graph, max_ops: int) -> int:
     classes = {name: mask & launching for name, mask in g.class_masks.items()}
     pairs = [p for p in attention.pairs(g) if (1 << g.index[p.c1] | 1 << g.index[p.c2]) & launching]
     matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
-    groups = (classes.get("gather", 0) | classes.get("opaque", 0)).bit_count()
+    groups = (classes.get("gather", 0) | classes.get("opaque", 0) | classes.get("scan", 0)).bit_count()
     groups += classes.get("contraction", 0).bit_count() - matched
     in_softmax = 0
     for p in pairs:

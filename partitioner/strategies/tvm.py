@@ -16,11 +16,12 @@ kBroadcast (1)       elementwise ops with two or more operands (TVM marks
 kInjective (2)       layout ops: ``transpose``, ``slice``, ``concat``, ``pad``,
                      and a ``reshape`` that converts its dtype
 kCommReduce (3)      reductions
-kOutEWiseFusable (4) contractions (TVM's ``conv2d``, ``dense``, ``batch_matmul``)
+kOutEWiseFusable (4) contractions (TVM's ``conv2d``, ``dense``, ``batch_matmul``) and
+                     pools (TVM registers ``nn.max_pool2d``/``nn.avg_pool2d`` so)
 kTuple (7)           the tuple a ``concat`` reads its operands from (TVM's
                      ``concatenate`` takes a Relay tuple)
-kOpaque (8)          ``gather`` and ``custom`` (our legality never fuses them;
-                     TVM's ``take`` would be injective)
+kOpaque (8)          ``gather``, ``cumsum`` and ``custom`` (our legality never
+                     fuses them; TVM's ``take`` would be injective)
 =================== ==========================================================
 
 Views (``reshape`` that shares memory) are not nodes: an edge goes from a
@@ -72,7 +73,7 @@ def op_pattern(graph: Graph, name: str) -> int:
     if cls == "elementwise":
         return BROADCAST if len(op.inputs) > 1 else ELEMWISE
     return {"broadcast": BROADCAST, "injective": INJECTIVE, "reduction": COMM_REDUCE,
-            "contraction": OUT_EWISE_FUSABLE}.get(cls, OPAQUE)
+            "contraction": OUT_EWISE_FUSABLE, "window": OUT_EWISE_FUSABLE}.get(cls, OPAQUE)
 
 
 @dataclass
