@@ -62,7 +62,8 @@ class Backend(ABC):
 
     @abstractmethod
     def run(self, built: Any, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Execute the plan on ``storages``; every storage it writes, by name."""
+        """Execute the plan on ``storages``; the storages it writes, by name (every
+        graph output's at least)."""
 
     def emit(self, rendered: Any, directory: str | Path) -> Emitted:
         """Write the rendered code into ``directory``.

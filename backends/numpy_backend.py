@@ -1,6 +1,6 @@
 """The ``numpy`` backend: runs a plan group by group with the op registry's NumPy
 semantics, keeping in memory only what crosses group boundaries (exactly the
-storages the cost model counts as written)."""
+storages the cost model counts as written), and only while a later group reads it."""
 
 from __future__ import annotations
 
@@ -35,10 +35,16 @@ class NumpyBackend(Backend):
         return rendered
 
     def run(self, built: Plan, storages: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph outputs' storages; any other storage is dropped once no later
+        group reads it, so memory holds only what is live (as on a device)."""
         g = built.graph
         memory = dict(storages)
         written = {}
-        for priced in built.cost.groups:
+        last = {}
+        for position, priced in enumerate(built.cost.groups):
+            for base in priced.group.reads:
+                last[base] = position
+        for position, priced in enumerate(built.cost.groups):
             group = priced.group
             if group.kind == "view":
                 continue
@@ -52,5 +58,10 @@ class NumpyBackend(Backend):
                 op = g.ops[name]
                 values[name] = values[op.inputs[0]].reshape(op.out.shape) if op.is_view else run_op(g, name, values)
             for base in group.writes:
-                memory[base] = written[base] = values[base]
+                memory[base] = values[base]
+                if base in g.output_storages:
+                    written[base] = memory[base]
+            for base in group.reads:
+                if last[base] == position and base not in g.output_storages:
+                    del memory[base]
         return written

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from .dtypes import FLOATS, INTEGERS, cast_array, numpy_dtype
@@ -68,7 +70,18 @@ def run_op(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray
     return result if op.out.dtype == op.promoted else cast_array(result, op.out.dtype)
 
 
-def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+def _last_readers(graph: Graph) -> dict[str, int]:
+    """Tensor -> position (in ``graph.ops`` order) of the last op that reads it; -1
+    for a tensor nothing reads."""
+    last = {name: -1 for name in (*graph.inputs, *graph.ops)}
+    for position, op in enumerate(graph.ops.values()):
+        for tensor in op.tensor_inputs:
+            last[tensor] = position
+    return last
+
+
+def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0,
+                  keep: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` op by op with NumPy: the unfused reference every backend is checked against.
 
     Parameters
@@ -81,12 +94,16 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
         within the axis they index).
     seed : int
         The seed for the drawn inputs.
+    keep : iterable of str, optional
+        The tensors to return. Others are dropped once their last reader ran, so
+        the run holds only the live values (a check of a whole network's outputs
+        needs a fraction of the memory). By default every tensor is kept.
 
     Returns
     -------
     dict of str to numpy.ndarray
-        Every graph input and every op's result, by tensor name, in the tensor's
-        shape and dtype (bfloat16 through ``ml_dtypes``).
+        Every graph input and every op's result (or those of ``keep``), by tensor
+        name, in the tensor's shape and dtype (bfloat16 through ``ml_dtypes``).
 
     Raises
     ------
@@ -122,8 +139,17 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
         if array.shape != t.shape or array.dtype != numpy_dtype(t.dtype):
             raise ValueError(f"input '{name}' must be {t.dtype}{list(t.shape)}, got {array.dtype}{list(array.shape)}")
         values[name] = array
-    for name, op in graph.ops.items():
+    kept = None if keep is None else set(keep)
+    last = _last_readers(graph) if kept is not None else {}
+    for position, (name, op) in enumerate(graph.ops.items()):
         if op.kind == "custom":
             raise NotImplementedError(f"op '{name}' is custom (kind {op.attrs['kind']!r}) and has no semantics")
         values[name] = run_op(graph, name, values)
+        if kept is not None:
+            for tensor in (*op.tensor_inputs, name):
+                if last[tensor] <= position and tensor not in kept:
+                    values.pop(tensor, None)
+    if kept is not None:
+        for name in set(values) - kept:  # inputs nothing reads
+            del values[name]
     return values

@@ -19,6 +19,7 @@ from torch import nn  # noqa: E402
 import partitioner  # noqa: E402
 from partitioner import cli, partition, run_reference  # noqa: E402
 from partitioner.dtypes import numpy_dtype  # noqa: E402
+from partitioner.ops import TensorType  # noqa: E402
 from partitioner.importers import torch as torch_importer  # noqa: E402
 
 TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (3e-2, 3e-2),
@@ -244,10 +245,10 @@ def test_unmappable_ops_become_custom_and_the_graph_plans(capsys):
 
     graph = partitioner.from_torch(Odd(), (randn(4, 8), torch.arange(8)))
     err = capsys.readouterr().err
-    assert "custom aten.cumsum.default x1" in err and "custom aten.div.Tensor_mode x1" in err
-    assert "custom aten.sort.default x1" in err
+    assert "1 custom" in err and "custom aten.sort.default x1" in err  # cumsum and floor division map (1.1)
     custom = {op.attrs["kind"]: op for op in graph.ops.values() if op.kind == "custom"}
-    assert custom["aten.cumsum.default"].out.shape == (4, 8) and custom["aten.div.Tensor_mode"].out.dtype == "int64"
+    assert list(custom) == ["aten.sort.default"] and custom["aten.sort.default"].out.shape == (4, 8)
+    assert {op.kind for op in graph.ops.values()} >= {"cumsum", "floor_divide"}
     assert partition(graph, "ilp").solver.status == "OPTIMAL"
 
 
@@ -269,11 +270,15 @@ def test_constants_become_literals_where_they_broadcast_away():
 
     result = torch_importer.convert(torch.export.export(Constants(), (randn(2, 3),)), "constants")
     graph = result.load()
-    # where's values cannot both be literals (they would promote to float64): one stays a tensor
-    assert graph.ops["where"].inputs[1:] == ("full", -65504.0) and graph.ops["full"].kind == "custom"
-    assert graph.ops["full_1"].kind == "custom"  # a constant output stays a tensor
+    # where's values cannot both be literals (they would promote to float64): one stays a tensor, a
+    # one-element constant input (format 1.1), broadcast where the constant has a shape
+    assert graph.ops["where"].inputs[1:] == ("full", -65504.0) and graph.inputs["full"] == TensorType((), "float16")
+    assert graph.values["full"].tolist() == 0.0
+    assert graph.ops["full_1"].kind == "broadcast_to" and graph.values["full_1_value"].tolist() == 2.0
     assert all(op.promoted == op.out.dtype for op in graph.ops.values())
-    assert result.summary.folded == 1 and result.summary.custom == {"aten.full.default": 2}
+    assert result.summary.folded == 1 and not result.summary.custom
+    values = run_reference(graph, {"input_0": np.array([[1, -1, 2]] * 2, np.float32)})
+    assert values["where"].tolist() == [[0.0, -65504.0, 0.0]] * 2 and values["full_1"].tolist() == [2.0] * 3
 
 
 def test_no_hidden_conversions():
@@ -366,3 +371,42 @@ def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source,
     assert cli.main(["import", source, "-o", str(tmp_path / "out.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+class IndexAndPool(nn.Module):
+    """The ATen ops format 1.1 maps: index arithmetic, scans, integer division, pools,
+    torch.gather and advanced indexing, filled tensors."""
+
+    def forward(self, x, i, j):
+        positions = torch.arange(3, 27, 2, dtype=torch.int64)
+        running = torch.cumsum(i, 1)
+        divided = (torch.div(i, 3, rounding_mode="floor") + torch.div(i - 5, 3, rounding_mode="trunc")
+                   + torch.remainder(i, -4) + torch.fmod(i - 6, 4) + torch.fmod(i * 7, i.abs() + 1))
+        pooled = nn.functional.max_pool2d(x, 3, 2, 1) + 1
+        averaged = nn.functional.avg_pool2d(x, 2, 2, ceil_mode=True, count_include_pad=False)
+        mean = nn.functional.adaptive_avg_pool2d(x, 1) + nn.functional.adaptive_avg_pool2d(x[..., :6, :6], 3).sum()
+        taken = torch.gather(x.flatten(2), 2, j)
+        filled = torch.full((2, 3), -2.5) * x[0, 0, :2, :3]
+        picked = x[i[:, :2] % 2 - 1, j[0, :2, :1] % 3]
+        return positions, running, divided, pooled, averaged, mean, taken, filled, picked
+
+
+def test_index_scan_division_and_pool_ops_map_and_match_torch():
+    x, i, j = randn(2, 3, 7, 7), torch.randint(-9, 9, (2, 6)), torch.randint(0, 49, (2, 3, 5))
+    program, result, graph, got = import_and_run(IndexAndPool(), (x, i, j))
+    assert not result.summary.custom, result.summary.text("import")
+    assert {"arange", "cumsum", "floor_divide", "remainder", "max_pool2d", "avg_pool2d", "gather"} <= \
+        {op.kind for op in graph.ops.values()}
+    for name, want in zip(graph.outputs, IndexAndPool()(x, i, j)):
+        compare(name, got[name], want)
+
+
+def test_index_on_dims_that_are_not_adjacent_stays_custom():
+    class Spread(nn.Module):
+        def forward(self, x, i):
+            return x[i, :, i]
+
+    program = torch.export.export(Spread(), (randn(3, 4, 3), torch.tensor([0, 2]))).run_decompositions()
+    result = torch_importer.convert(program, "spread")
+    assert result.summary.custom == {"aten.index.Tensor": 1}
+    assert "not adjacent" in result.summary.reasons["aten.index.Tensor"]

@@ -339,6 +339,7 @@ def test_every_primitive_has_a_tested_reference():
                            "logical_and", "logical_or", "where", "pow", "reshape", "transpose", "slice",
                            "broadcast_to", "concat", "pad", "gather", "matmul", "conv2d", "custom", "ne", "le",
                            "gt"}
+    tested |= {"floor_divide", "remainder", "arange", "cumsum", "max_pool2d", "avg_pool2d"}  # tests/test_new_ops.py
     assert set(REGISTRY) <= tested, set(REGISTRY) - tested
 
 
@@ -347,3 +348,13 @@ def test_float64_to_bfloat16_rounds_once():
     x = np.array([1 + 2**-8 + 2**-30, 1 + 2**-8, -(1 + 2**-8 + 2**-30)])
     y = run_reference(g, {"x": x})["y"].astype(np.float64)
     assert y.tolist() == [1 + 2**-7, 1.0, -(1 + 2**-7)]
+
+
+def test_keep_drops_every_other_value_and_changes_none():
+    g = make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"]), op("c", "add", ["a", "b"]),
+                                   op("d", "mul", ["c", 2.0])], ["d", "b"])
+    everything = run_reference(g, seed=3)
+    kept = run_reference(g, seed=3, keep=g.outputs)
+    assert set(kept) == {"d", "b"}
+    for name in kept:
+        np.testing.assert_array_equal(kept[name], everything[name])

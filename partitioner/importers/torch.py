@@ -17,6 +17,7 @@ torch.export flattens them. Inputs no op reads are left out.
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import warnings
 from typing import Any, Callable
@@ -133,7 +134,8 @@ def load(source: ExportedProgram | torch.nn.Module, example_inputs=None, name: s
 
 class _Const:
     """A tensor every element of which is ``value`` (``aten.full`` and kin): a
-    literal where the op allows one, a ``custom`` op where a tensor is needed."""
+    literal where the op allows one; where a tensor is needed, a one-element
+    constant input (format 1.1), broadcast to the shape."""
 
     def __init__(self, node: Node, value: float | int | bool):
         self.node = node
@@ -179,10 +181,7 @@ class _Converter:
                    if spec.kind == OutputKind.USER_OUTPUT and getattr(spec.arg, "name", None) in by_name]
         for value in self.env.values():
             if isinstance(value, _Const):
-                if value.name in self.b.types:
-                    self.b.count("custom", str(value.node.target), "a constant used where a tensor is needed")
-                else:
-                    self.b.count("folded")
+                self.b.count("mapped" if value.name in self.b.types else "folded")
         return self.b.result(outputs)
 
     def _inputs(self) -> None:
@@ -267,10 +266,20 @@ class _Converter:
             raise Unmappable(f"operand {arg!r} is not a tensor")
         if isinstance(value, _Const):
             if value.name not in self.b.types:  # not yet a graph tensor (or dropped by a rollback)
-                shape, dtype = self.out(value.node)
-                value.name = self.b.custom(self.name(value.node), str(value.node.target), [], shape, dtype)
+                value.name = self._constant(value)
             return value.name
         return value
+
+    def _constant(self, const: _Const) -> str:
+        """A filled tensor as graph values: one element, broadcast (no memory but that
+        element is read)."""
+        shape, dtype = self.out(const.node)
+        name = self.name(const.node)
+        scalar = np.asarray(const.value)
+        if not shape:
+            return self.b.add_input(name, [], dtype, scalar)
+        element = self.b.add_input(self.b.fresh(name, "value"), [], dtype, scalar)
+        return self.b.op(name, "broadcast_to", [element], {"shape": shape}, shape, dtype)
 
     def operand(self, arg: Any, node: Node) -> str | int | float:
         """A tensor name or a literal: Python scalars, and constants that broadcast
@@ -634,3 +643,199 @@ def _batch_norm(cx: _Converter, node: Node) -> dict[int, str]:
         raise Unmappable("the saved mean and invstd results of batch_norm are used")
     optional = [cx.tensor(t) if t is not None else None for t in (weight, bias)]
     return {0: batch_norm(cx.b, names[0], cx.tensor(x), *optional, cx.tensor(mean), cx.tensor(var), eps)}
+
+
+# ---------------------------------------------------------------- format 1.1: index arithmetic, scans, pools
+
+
+@_register("aten.arange.start_step", "aten.arange.start", "aten.arange.default")
+def _arange(cx: _Converter, node: Node) -> str:
+    bounds = list(node.args) + [None] * 3
+    if str(node.target).endswith(".default"):
+        start, end, step = 0, bounds[0], 1
+    else:
+        start, end, step = bounds[0], bounds[1], bounds[2] if bounds[2] is not None else 1
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (start, end, step)):
+        raise Unmappable("arange bounds computed at run time")
+    _, dtype = cx.out(node)
+    return cx.emit(node, "arange", [], {"start": start, "limit": end, "delta": step, "dtype": dtype})
+
+
+@_register("aten.cumsum.default")
+def _cumsum(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    if node.kwargs.get("dtype") is not None:
+        x = cx.helper(node, "in", "cast", [x], {"dtype": DTYPES[node.kwargs["dtype"]]})
+    return cx.emit(node, "cumsum", [x], {"axis": node.args[1]})
+
+
+@_register("aten.floor_divide.default", "aten.div.Tensor_mode", "aten.div.Scalar_mode")
+def _floor_divide(cx: _Converter, node: Node) -> str:
+    """``a // b``; ``div(rounding_mode="trunc")`` on integers is the floor quotient
+    plus one where a non-zero remainder has the divisor's opposite sign."""
+    a, b = (cx.operand(x, node) for x in node.args[:2])
+    mode = node.kwargs.get("rounding_mode", "floor") if "mode" in str(node.target) else "floor"
+    if mode is None:
+        return cx.emit(node, "div", [a, b])
+    if mode == "floor":
+        return cx.emit(node, "floor_divide", [a, b])
+    _, dtype = cx.out(node)
+    if dtype not in ("int8", "int32", "int64"):
+        raise Unmappable("truncating division of floats (no trunc op)")
+    quotient = cx.helper(node, "floor", "floor_divide", [a, b])
+    return cx.emit(node, "add", [quotient, _sign_correction(cx, node, a, b)])
+
+
+def _sign_correction(cx: _Converter, node: Node, a, b) -> str:
+    """1 where ``remainder(a, b)`` is non-zero and ``a``, ``b`` differ in sign, else 0
+    (the step from a floor result to a truncating one), as an int64 tensor. One of
+    ``a``, ``b`` is a tensor (torch folds two numbers)."""
+    rest = cx.helper(node, "rest", "remainder", [a, b])
+    nonzero = cx.helper(node, "nonzero", "ne", [rest, 0])
+    negative = [cx.helper(node, f"{k}_neg", "lt", [v, 0]) if isinstance(v, str) else v < 0
+                for k, v in (("a", a), ("b", b))]
+    if all(isinstance(n, str) for n in negative):
+        differ = cx.helper(node, "differ", "ne", negative)
+    else:
+        tensor = next(n for n in negative if isinstance(n, str))
+        fixed = next(n for n in negative if not isinstance(n, str))
+        differ = cx.helper(node, "differ", "logical_not", [tensor]) if fixed else tensor
+    step = cx.helper(node, "step", "logical_and", [nonzero, differ])
+    return cx.helper(node, "step_int", "cast", [step], {"dtype": "int64"})
+
+
+@_register("aten.remainder.Tensor", "aten.remainder.Scalar")
+def _remainder(cx: _Converter, node: Node) -> str:
+    return cx.emit(node, "remainder", [cx.operand(x, node) for x in node.args[:2]])
+
+
+@_register("aten.fmod.Tensor", "aten.fmod.Scalar")
+def _fmod(cx: _Converter, node: Node) -> str:
+    """C's fmod (the dividend's sign) on integers: the remainder less the divisor
+    where the signs differ. On floats that subtraction would round: custom."""
+    a, b = (cx.operand(x, node) for x in node.args[:2])
+    _, dtype = cx.out(node)
+    if dtype not in ("int8", "int32", "int64"):
+        raise Unmappable("fmod of floats (the remainder's correction would round)")
+    rest = cx.helper(node, "remainder", "remainder", [a, b])
+    step = _sign_correction(cx, node, a, b)
+    return cx.emit(node, "sub", [rest, cx.helper(node, "shift", "mul", [step, b])])
+
+
+def _pair(value: Any) -> list[int]:
+    """An ATen 2-D size argument (one int, or one or two in a list) as two ints."""
+    values = [value] if isinstance(value, int) else list(value)
+    return values * 2 if len(values) == 1 else values
+
+
+def _pool_attrs(kernel, stride, padding, dilation, ceil_mode) -> dict:
+    kh, kw = _pair(kernel)
+    ph, pw = _pair(padding)
+    return {"kernel_shape": [kh, kw], "strides": _pair(stride) if stride else [kh, kw], "pads": [ph, pw, ph, pw],
+            "dilations": _pair(dilation), "ceil_mode": bool(ceil_mode)}
+
+
+@_register("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
+def _max_pool2d(cx: _Converter, node: Node) -> Any:
+    x = cx.tensor(node.args[0])
+    attrs = _pool_attrs(_arg(node, 1, "kernel_size"), _arg(node, 2, "stride", []), _arg(node, 3, "padding", 0),
+                        _arg(node, 4, "dilation", 1), _arg(node, 5, "ceil_mode", False))
+    if isinstance(node.meta["val"], torch.Tensor):
+        return cx.emit(node, "max_pool2d", [x], attrs)
+    names = cx.results(node)
+    if set(names) != {0}:
+        raise Unmappable("the indices of max_pool2d_with_indices are used")
+    val = node.meta["val"][0]
+    return {0: cx.b.op(names[0], "max_pool2d", [x], attrs, _shape(node, val), _dtype(node, val))}
+
+
+@_register("aten.avg_pool2d.default")
+def _avg_pool2d(cx: _Converter, node: Node) -> str:
+    if _arg(node, 6, "divisor_override") is not None:
+        raise Unmappable("avg_pool2d with a divisor_override")
+    attrs = _pool_attrs(_arg(node, 1, "kernel_size"), _arg(node, 2, "stride", []), _arg(node, 3, "padding", 0), 1,
+                        _arg(node, 4, "ceil_mode", False))
+    attrs["count_include_pad"] = bool(_arg(node, 5, "count_include_pad", True))
+    return cx.emit(node, "avg_pool2d", [cx.tensor(node.args[0])], attrs)
+
+
+@_register("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(cx: _Converter, node: Node) -> str:
+    """At output sizes that divide the input, an adaptive pool is a plain one (a 1x1
+    output is a mean); other sizes have windows of varying size: custom."""
+    x = cx.tensor(node.args[0])
+    shape = cx.b.type(x).shape
+    out = _pair(node.args[1])
+    if len(shape) != 4 or shape[2] % out[0] or shape[3] % out[1]:
+        raise Unmappable(f"adaptive pooling of {list(shape)} to {out}: windows of different sizes")
+    if out == [1, 1]:
+        return cx.emit(node, "reduce_mean", [x], {"axes": [2, 3], "keepdims": True})
+    kernel = [shape[2] // out[0], shape[3] // out[1]]
+    return cx.emit(node, "avg_pool2d", [x], {**_pool_attrs(kernel, kernel, 0, 1, False), "count_include_pad": False})
+
+
+# ---------------------------------------------------------------- tensor indices as one gather
+
+
+def _linear_index(cx: _Converter, node: Node, indices: list[tuple[str, int, int, bool]]) -> str:
+    """``sum(index_k * stride_k)`` over ``(tensor, dim size, stride, wrap)``, broadcast
+    (NumPy) to one int64 tensor; with ``wrap``, negative indices count from the end of
+    their dim (PyTorch's indexing)."""
+    total = None
+    for k, (index, size, stride, wrap) in enumerate(indices):
+        if cx.b.type(index).dtype != "int64":
+            index = cx.helper(node, f"i{k}", "cast", [index], {"dtype": "int64"})
+        if wrap:
+            negative = cx.helper(node, f"neg{k}", "lt", [index, 0])
+            index = cx.helper(node, f"wrap{k}", "where",
+                              [negative, cx.helper(node, f"up{k}", "add", [index, size]), index])
+        term = index if stride == 1 else cx.helper(node, f"term{k}", "mul", [index, stride])
+        total = term if total is None else cx.helper(node, f"sum{k}", "add", [total, term])
+    return total
+
+
+@_register("aten.index.Tensor")
+def _index(cx: _Converter, node: Node) -> str:
+    """``x[..., i, j, ...]`` with integer index tensors on adjacent dims: one gather
+    from ``x`` with those dims merged, at the linear index of the broadcast indices
+    (advanced indexing keeps the result dims in place when the indexed dims are adjacent)."""
+    x = cx.tensor(node.args[0])
+    shape = cx.b.type(x).shape
+    given = list(node.args[1])
+    dims = [d for d, i in enumerate(given) if i is not None]
+    if not dims or dims != list(range(dims[0], dims[-1] + 1)):
+        raise Unmappable("index tensors on dims that are not adjacent")
+    tensors = [cx.tensor(given[d]) for d in dims]
+    if any(cx.b.type(t).dtype == "bool" for t in tensors):
+        raise Unmappable("a bool mask index (a data-dependent shape)")
+    first, last = dims[0], dims[-1] + 1
+    block = shape[first:last]
+    strides = [math.prod(block[k + 1:]) for k in range(len(block))]
+    linear = _linear_index(cx, node, [(t, block[k], strides[k], True) for k, t in enumerate(tensors)])
+    merged = [*shape[:first], math.prod(block), *shape[last:]]
+    flat = cx.helper(node, "merged", "reshape", [x], {"shape": merged})
+    return cx.emit(node, "gather", [flat, linear], {"axis": first})
+
+
+@_register("aten.gather.default")
+def _gather_elements(cx: _Converter, node: Node) -> str:
+    """``torch.gather(x, dim, index)``: ``out[..i_d..] = x[..index[..i_d..]..]`` as one
+    gather from the flattened ``x``, at ``index * stride_dim`` plus every other dim's
+    position (an ``arange``) times its stride."""
+    x, dim, index = cx.tensor(node.args[0]), node.args[1], cx.tensor(node.args[2])
+    shape = cx.b.type(x).shape
+    index_shape = cx.b.type(index).shape
+    rank = len(shape)
+    dim %= rank
+    strides = [math.prod(shape[k + 1:]) for k in range(rank)]
+    terms = [(index, shape[dim], strides[dim], False)]  # torch.gather rejects negative indices
+    for k, n in enumerate(index_shape):
+        if k == dim or n == 1:
+            continue
+        position = cx.helper(node, f"pos{k}", "arange", [], {"start": 0, "limit": n, "dtype": "int64"})
+        placed = [1] * rank
+        placed[k] = n
+        terms.append((cx.helper(node, f"at{k}", "reshape", [position], {"shape": placed}), shape[k], strides[k], False))
+    linear = _linear_index(cx, node, terms)
+    flat = cx.helper(node, "flat", "reshape", [x], {"shape": [math.prod(shape)]})
+    return cx.emit(node, "gather", [flat, linear], {"axis": 0})

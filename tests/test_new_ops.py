@@ -1,0 +1,179 @@
+"""The ops of format 1.1 in the registry: shapes, errors and NumPy semantics, each
+against an independent reference (Python's own arithmetic, a loop over windows,
+and PyTorch where it is installed)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from partitioner import GraphError, load_graph, run_reference
+
+from .conftest import make_graph, op
+
+
+def _run(inputs, ops, outputs, values=None):
+    return run_reference(make_graph(inputs, ops, outputs), values)
+
+
+# ---------------------------------------------------------------- floor_divide, remainder
+
+
+def test_integer_floor_divide_and_remainder_are_pythons_with_zero_divisors_zero():
+    a = np.array([7, -7, 7, -7, 0, 5, -9223372036854775808, 3], dtype=np.int64)
+    b = np.array([2, 2, -2, -2, 3, 0, -1, -5], dtype=np.int64)
+    got = _run({"a": ([8], "int64"), "b": ([8], "int64")},
+               [op("q", "floor_divide", ["a", "b"]), op("r", "remainder", ["a", "b"])], ["q", "r"], {"a": a, "b": b})
+    want_q = [x // y if y else 0 for x, y in zip(a.tolist(), b.tolist())]
+    want_r = [x % y if y else 0 for x, y in zip(a.tolist(), b.tolist())]
+    want_q[6] = -9223372036854775808  # wraps, as NumPy and two's complement do
+    assert got["q"].tolist() == want_q and got["r"].tolist() == want_r
+
+
+def test_float_floor_divide_and_remainder_follow_pythons_divmod():
+    a = np.array([7.5, -7.5, 7.5, -0.0, 1e308, 3.0, 1.0], dtype=np.float64)
+    b = np.array([2.0, 2.0, -2.0, 3.0, 1e-308, 0.0, np.inf], dtype=np.float64)
+    got = _run({"a": ([7], "float64"), "b": ([7], "float64")},
+               [op("q", "floor_divide", ["a", "b"]), op("r", "remainder", ["a", "b"])], ["q", "r"], {"a": a, "b": b})
+    for k in range(5):  # Python raises on 0.0 and returns inf differently: those two are NumPy's own
+        q, r = divmod(float(a[k]), float(b[k]))
+        assert got["q"][k] == q and got["r"][k] == r and math.copysign(1, got["r"][k]) == math.copysign(1, r)
+    assert np.isinf(got["q"][5]) and np.isnan(got["r"][5])
+
+
+def test_floor_divide_rejects_bool():
+    with pytest.raises(GraphError, match="floor_divide"):
+        make_graph({"a": ([2], "bool")}, [op("q", "floor_divide", ["a", "a"])], ["q"])
+
+
+# ---------------------------------------------------------------- arange
+
+
+@pytest.mark.parametrize("start, limit, delta", [(0, 10, 1), (2, 11, 3), (10, -3, -4), (5, 5, 1), (0.5, 2.0, 0.25),
+                                                 (1.0, -1.0, -0.3)])
+def test_arange_is_onnx_range(start, limit, delta):
+    values = _run({}, [op("a", "arange", [], start=start, limit=limit, delta=delta)], ["a"])["a"]
+    count = max(math.ceil((limit - start) / delta), 0)
+    want = [start + k * delta for k in range(count)]
+    assert values.dtype == (np.int64 if isinstance(start, int) else np.float32)
+    np.testing.assert_array_equal(values, np.array(want).astype(values.dtype))
+
+
+@pytest.mark.parametrize("attrs, message", [
+    ({"start": 0, "limit": 4, "delta": 0}, "delta must not be 0"),
+    ({"start": 0, "limit": 4.5, "dtype": "int32"}, "an int32 arange needs integer start, limit and delta"),
+    ({"start": 0, "limit": 300, "dtype": "int8"}, "int8"),
+    ({"start": 0, "limit": 4, "dtype": "bool"}, "arange has no bool dtype"),
+])
+def test_arange_errors_are_one_line(attrs, message):
+    with pytest.raises(GraphError, match=message):
+        make_graph({}, [op("a", "arange", [], **attrs)], ["a"])
+
+
+# ---------------------------------------------------------------- cumsum
+
+
+@pytest.mark.parametrize("axis, exclusive, reverse", list(itertools.product([0, -1], [False, True], [False, True])))
+def test_cumsum_is_a_running_sum_per_row(axis, exclusive, reverse):
+    x = np.arange(12, dtype=np.int32).reshape(3, 4) - 5
+    got = _run({"x": ([3, 4], "int32")}, [op("c", "cumsum", ["x"], axis=axis, exclusive=exclusive, reverse=reverse)],
+               ["c"], {"x": x})["c"]
+    moved = np.moveaxis(x, axis, -1).astype(np.int64)
+    want = np.zeros_like(moved)
+    for row in np.ndindex(moved.shape[:-1]):
+        n = moved.shape[-1]
+        for k in range(n):
+            span = range(k + 1, n) if reverse and exclusive else range(k, n) if reverse else \
+                range(k) if exclusive else range(k + 1)
+            want[row + (k,)] = sum(int(moved[row + (j,)]) for j in span)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.moveaxis(want, -1, axis))
+
+
+def test_cumsum_of_float16_accumulates_in_float32():
+    x = np.full(4096, 0.1, dtype=np.float16)
+    got = _run({"x": ([4096], "float16")}, [op("c", "cumsum", ["x"], axis=0)], ["c"], {"x": x})["c"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, np.cumsum(x.astype(np.float32)).astype(np.float16))
+
+
+# ---------------------------------------------------------------- pools
+
+
+def _window_reference(x, kind, k, s, p, d, ceil, include_pad):
+    """Pools by their definition, one output at a time in Python."""
+    n, c, h, w = x.shape
+
+    def size(length):
+        span = length + 2 * p - d * (k - 1) - 1
+        out = (-(-span // s) if ceil else span // s) + 1
+        return out - 1 if ceil and (out - 1) * s >= length + p else out
+
+    oh, ow = size(h), size(w)
+    out = np.zeros((n, c, oh, ow))
+    for i, j in itertools.product(range(oh), range(ow)):
+        rows = [i * s - p + t * d for t in range(k)]
+        cols = [j * s - p + t * d for t in range(k)]
+        inside = [(r, q) for r in rows for q in cols if 0 <= r < h and 0 <= q < w]
+        padded = sum(1 for r in rows for q in cols if -p <= r < h + p and -p <= q < w + p)
+        taps = np.array([x[:, :, r, q] for r, q in inside])
+        if kind == "max_pool2d":
+            out[:, :, i, j] = taps.max(axis=0)
+        else:
+            out[:, :, i, j] = taps.sum(axis=0) / (padded if include_pad else len(inside))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("k, s, p, d, ceil", [(3, 2, 1, 1, False), (3, 2, 1, 1, True), (2, 2, 0, 1, True),
+                                              (3, 1, 1, 2, False), (2, 3, 1, 1, True), (5, 2, 2, 1, True)])
+def test_pools_match_their_definition(kind, k, s, p, d, ceil):
+    x = np.random.default_rng(3).standard_normal((2, 3, 9, 8)).astype(np.float32)
+    for include_pad in ([False, True] if kind == "avg_pool2d" else [False]):
+        attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "dilations": [d, d], "ceil_mode": ceil}
+        if kind == "avg_pool2d":
+            attrs["count_include_pad"] = include_pad
+        got = _run({"x": [2, 3, 9, 8]}, [op("y", kind, ["x"], **attrs)], ["y"], {"x": x})["y"]
+        want = _window_reference(x.astype(np.float64), kind, k, s, p, d, ceil, include_pad)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_pools_match_pytorch():
+    torch = pytest.importorskip("torch", reason="the torch extra compares pools with PyTorch's")
+    x = np.random.default_rng(4).standard_normal((2, 3, 11, 10)).astype(np.float32)
+    for k, s, p, ceil, include_pad in itertools.product([2, 3], [1, 2], [0, 1], [False, True], [False, True]):
+        attrs = {"kernel_shape": [k, k], "strides": [s, s], "pads": [p] * 4, "ceil_mode": ceil}
+        got = _run({"x": [2, 3, 11, 10]}, [op("m", "max_pool2d", ["x"], **attrs),
+                                            op("a", "avg_pool2d", ["x"], **attrs, count_include_pad=include_pad)],
+                   ["m", "a"], {"x": x})
+        t = torch.from_numpy(x)
+        np.testing.assert_array_equal(got["m"], torch.nn.functional.max_pool2d(t, k, s, p, ceil_mode=ceil).numpy())
+        np.testing.assert_allclose(got["a"], torch.nn.functional.avg_pool2d(
+            t, k, s, p, ceil_mode=ceil, count_include_pad=include_pad).numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_max_pool_propagates_nan_and_a_padding_only_window_is_minus_inf():
+    x = np.array([[[[1.0, np.nan], [2.0, 3.0]]]], dtype=np.float32)
+    got = _run({"x": [1, 1, 2, 2]}, [op("y", "max_pool2d", ["x"], kernel_shape=[1, 1], strides=[2, 2],
+                                        pads=[1, 1, 1, 1])], ["y"], {"x": x})["y"]
+    assert np.isneginf(got[0, 0, 0, 0]) and got[0, 0, 1, 1] == 3.0
+    nan = _run({"x": [1, 1, 2, 2]}, [op("y", "max_pool2d", ["x"], kernel_shape=[2, 2])], ["y"], {"x": x})["y"]
+    assert np.isnan(nan).all()
+
+
+@pytest.mark.parametrize("entry, message", [
+    (op("y", "max_pool2d", ["x"], kernel_shape=[3]), "kernel_shape must have 2 numbers"),
+    (op("y", "max_pool2d", ["x"], kernel_shape=[9, 9]), "does not fit the padded input"),
+    (op("y", "avg_pool2d", ["i"], kernel_shape=[2, 2]), "avg_pool2d needs a float tensor"),
+    (op("y", "max_pool2d", ["v"], kernel_shape=[2, 2]), "NCHW input of rank 4"),
+    (op("y", "max_pool2d", ["x"], kernel_shape=[2, 2], strides=[0, 1]), ">= 1"),
+])
+def test_pool_errors_name_the_op(entry, message):
+    with pytest.raises(GraphError, match=message) as raised:
+        load_graph({"inputs": [{"name": "x", "shape": [1, 2, 4, 4]}, {"name": "v", "shape": [4, 4]},
+                               {"name": "i", "shape": [1, 2, 4, 4], "dtype": "int32"}],
+                    "ops": [entry], "outputs": ["y"]})
+    assert "op 'y'" in str(raised.value)
