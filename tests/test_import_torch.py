@@ -410,3 +410,28 @@ def test_index_on_dims_that_are_not_adjacent_stays_custom():
     result = torch_importer.convert(program, "spread")
     assert result.summary.custom == {"aten.index.Tensor": 1}
     assert "not adjacent" in result.summary.reasons["aten.index.Tensor"]
+
+
+class Guards(nn.Module):
+    """isinf, isnan, clamp with tensor bounds, conv1d and a plain as_strided view."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2)
+
+    def forward(self, x, low, seq):
+        finite = torch.where(torch.isinf(x) | torch.isnan(x), torch.zeros_like(x), x)
+        bounded = torch.clamp(finite, low, low + 1) + torch.clamp_min(finite, low) + torch.clamp_max(finite, low)
+        flat = torch.as_strided(bounded, (4, 3), (3, 1))
+        return flat, self.conv(seq)
+
+
+def test_guards_bounds_and_conv1d_map_and_match_torch():
+    x = torch.tensor([[1.0, float("inf"), -2.0], [float("nan"), 0.5, -float("inf")], [3.0, -0.0, 2.0],
+                      [0.0, 1.0, 9.0]])
+    inputs = (x, randn(4, 3), randn(2, 4, 11))
+    module = Guards()
+    _, result, graph, got = import_and_run(module, inputs)  # the graph keeps the conv's weights
+    assert not result.summary.custom, result.summary.text("import")
+    for name, want in zip(graph.outputs, module(*inputs)):
+        compare(name, got[name], want)

@@ -603,12 +603,21 @@ def _addmm(cx: _Converter, node: Node) -> str:
 @_register("aten.convolution.default")
 def _convolution(cx: _Converter, node: Node) -> str:
     x, w, bias, stride, padding, dilation, transposed, _, groups = node.args
-    if transposed or len(stride) != 2:
-        raise Unmappable("only 2-D, non-transposed convolutions map to conv2d")
-    inputs = [cx.tensor(x), cx.tensor(w)] + ([cx.tensor(bias)] if bias is not None else [])
+    if transposed or len(stride) not in (1, 2):
+        raise Unmappable("only 1-D and 2-D, non-transposed convolutions map to conv2d")
+    x, w = cx.tensor(x), cx.tensor(w)
+    bias = [cx.tensor(bias)] if bias is not None else []
+    if len(stride) == 1:  # conv1d: a conv2d over [N, C, 1, L] with a [O, C/g, 1, K] kernel
+        x = cx.helper(node, "x2d", "reshape", [x], {"shape": [*cx.b.type(x).shape[:2], 1, cx.b.type(x).shape[2]]})
+        w = cx.helper(node, "w2d", "reshape", [w], {"shape": [*cx.b.type(w).shape[:2], 1, cx.b.type(w).shape[2]]})
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     attrs = {"strides": list(stride), "pads": [padding[0], padding[1], padding[0], padding[1]],
              "dilations": list(dilation), "groups": groups}
-    return cx.emit(node, "conv2d", inputs, attrs)
+    if len(node.args[3]) == 2:
+        return cx.emit(node, "conv2d", [x, w, *bias], attrs)
+    shape, dtype = cx.out(node)
+    y = cx.helper(node, "2d", "conv2d", [x, w, *bias], attrs)
+    return cx.b.op(cx.name(node), "reshape", [y], {"shape": shape}, shape, dtype)
 
 
 @_register("aten._softmax.default", "aten._log_softmax.default")
@@ -839,3 +848,54 @@ def _gather_elements(cx: _Converter, node: Node) -> str:
     linear = _linear_index(cx, node, terms)
     flat = cx.helper(node, "flat", "reshape", [x], {"shape": [math.prod(shape)]})
     return cx.emit(node, "gather", [flat, linear], {"axis": 0})
+
+
+@_register("aten.isinf.default")
+def _isinf(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    if cx.b.type(x).dtype not in ("float16", "bfloat16", "float32", "float64"):
+        return cx.emit(node, "ne", [x, x])  # no integer is infinite: all false
+    return cx.emit(node, "eq", [cx.helper(node, "abs", "abs", [x]), float("inf")])
+
+
+@_register("aten.isnan.default")
+def _isnan(cx: _Converter, node: Node) -> str:
+    x = cx.tensor(node.args[0])
+    return cx.emit(node, "ne", [x, x])  # NaN is the one value unequal to itself
+
+
+@_register("aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
+def _clamp_tensor(cx: _Converter, node: Node) -> str:
+    """Tensor bounds: ``minimum(maximum(x, low), high)``, NaN propagating as in PyTorch."""
+    target = str(node.target)
+    if target == "aten.clamp_min.Tensor":
+        low, high = node.args[1], None
+    elif target == "aten.clamp_max.Tensor":
+        low, high = None, node.args[1]
+    else:
+        low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
+    y = cx.tensor(node.args[0])
+    steps = [(op, bound) for op, bound in (("maximum", low), ("minimum", high)) if bound is not None]
+    for k, (op, bound) in enumerate(steps):
+        inputs = [y, cx.operand(bound, node)]
+        y = cx.emit(node, op, inputs) if k == len(steps) - 1 else cx.helper(node, op, op, inputs)
+    return y
+
+
+@_register("aten.as_strided.default")
+def _as_strided(cx: _Converter, node: Node) -> str:
+    """A plain view (row-major strides, no offset) is a reshape; any other stride
+    pattern reads memory in a way no op of the format describes."""
+    x = cx.tensor(node.args[0])
+    size, stride = list(node.args[1]), list(node.args[2])
+    offset = _arg(node, 3, "storage_offset", 0) or 0
+    source = node.args[0].meta["val"]  # as_strided reads the storage: its input must be laid out row-major
+    if offset or source.storage_offset() or not source.is_contiguous() or not _row_major(size, stride) or \
+            math.prod(size) != math.prod(cx.b.type(x).shape):
+        raise Unmappable("as_strided with strides other than a reshape's")
+    return cx.emit(node, "reshape", [x], {"shape": size})
+
+
+def _row_major(size: list[int], stride: list[int]) -> bool:
+    """Whether ``stride`` is the row-major layout of ``size`` (size-1 dims take any stride)."""
+    return all(n == 1 or s == math.prod(size[k + 1:]) for k, (n, s) in enumerate(zip(size, stride)))
