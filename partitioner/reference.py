@@ -12,15 +12,32 @@ from .ops import TensorType, normalize_axis
 from .values import constants
 
 
+# ops whose result holds only values of their (first, or every) tensor operand
+_MOVES = frozenset({"reshape", "transpose", "broadcast_to", "slice", "concat", "cast", "identity"})
+
+
 def _index_bounds(graph: Graph) -> dict[str, int]:
-    """Storage -> exclusive upper bound for random values, where it indexes a gather."""
+    """Graph input -> exclusive upper bound for its random values, where they reach a
+    gather's indices, directly or through ops that only move values (layout ops,
+    casts, the data of another gather): then the drawn indices are in range."""
     bounds: dict[str, int] = {}
     for op in graph.ops.values():
-        if op.kind == "gather":
-            data, indices = op.inputs
-            base = graph.storage[indices]
-            dim = graph.tensor(data).shape[normalize_axis(op.attrs["axis"], len(graph.tensor(data).shape))]
-            bounds[base] = min(bounds.get(base, dim), dim)
+        if op.kind != "gather":
+            continue
+        data, indices = op.inputs
+        dim = graph.tensor(data).shape[normalize_axis(op.attrs["axis"], len(graph.tensor(data).shape))]
+        stack, seen = [indices], set()
+        while stack:
+            tensor = stack.pop()
+            if tensor in seen:
+                continue
+            seen.add(tensor)
+            if tensor in graph.inputs:
+                bounds[tensor] = min(bounds.get(tensor, dim), dim)
+            elif graph.ops[tensor].kind in _MOVES:
+                stack.extend(graph.ops[tensor].tensor_inputs)
+            elif graph.ops[tensor].kind == "gather":
+                stack.append(graph.ops[tensor].inputs[0])
     return bounds
 
 

@@ -358,3 +358,15 @@ def test_keep_drops_every_other_value_and_changes_none():
     assert set(kept) == {"d", "b"}
     for name in kept:
         np.testing.assert_array_equal(kept[name], everything[name])
+
+
+def test_drawn_indices_stay_in_range_through_ops_that_move_values():
+    """BERT's token types reach an embedding through expand, a torch.gather and a
+    broadcast: drawn at random in [0, 16), they once indexed a table of 2 rows."""
+    g = make_graph({"types": ([1, 8], "int64"), "pos": ([1, 4], "int64"), "table": [2, 3]},
+                   [op("e", "broadcast_to", ["types"], shape=[2, 8]), op("flat", "reshape", ["e"], shape=[16]),
+                    op("picked", "gather", ["flat", "pos"], axis=0), op("t", "transpose", ["picked"]),
+                    op("rows", "gather", ["table", "t"], axis=0)], ["rows"])
+    for seed in range(5):
+        values = run_reference(g, seed=seed)
+        assert values["types"].max() < 2 and values["pos"].max() < 16
