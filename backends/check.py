@@ -16,6 +16,8 @@ float32   1e-4      1e-5      same, over thousands of terms
 float16   1e-2      1e-2      a few ulps (2^-10) after an op rounds differently,
                               e.g. a libm that differs by one float32 ulp
 bfloat16  5e-2      5e-2      a few ulps (2^-7)
+e4m3fn    2.5e-1    2.5e-1    two ulps (2^-3) of an 8-bit float
+e5m2      5e-1      5e-1      two ulps (2^-2)
 integers  0         0         exact
 bool      0         0         exact
 ========= ========= ========= =============================================
@@ -36,7 +38,7 @@ from partitioner.report import PIPED_WIDTH, table_text
 from .base import Backend, BackendError
 
 TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2),
-              "bfloat16": (5e-2, 5e-2)}
+              "bfloat16": (5e-2, 5e-2), "float8_e4m3fn": (2.5e-1, 2.5e-1), "float8_e5m2": (5e-1, 5e-1)}
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,7 @@ def _reference(g: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]
         raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
 
 
-_PRECISION = ("bfloat16", "float16", "float32", "float64")
+_PRECISION = ("float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "float32", "float64")
 
 
 def tolerance_dtype(graph: Graph, tensor: str) -> str:

@@ -316,7 +316,7 @@ def shuffle_dtype(op, in_dtype: str) -> str:
     kernel: its accumulator (``dtypes.reduction_accumulator``), widened to 32 bits
     where it is narrower, since warp shuffles move 32-bit words."""
     acc = reduction_accumulator(op.kind, in_dtype)
-    return "int32" if acc in ("int8", "bool") else acc
+    return "int32" if itemsize(acc) < 4 else acc  # bool and 8- and 16-bit integers: every value fits
 
 
 def align16(n: int) -> int:

@@ -1,4 +1,4 @@
-"""Element types of graph format v1: names, sizes, promotion and NumPy equivalents.
+"""Element types of graph format 1.1: names, sizes, promotion and NumPy equivalents.
 
 The promotion rules are those of ``docs/graph-format.md``: tensors promote as
 NumPy does, ``bfloat16`` behaves like ``float16`` except that the two half
@@ -10,19 +10,27 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "bool")
-FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "bool",
+          # format 1.1
+          "uint8", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+#: 8-bit floats as ml_dtypes (and the OCP FP8 specification) define them: e4m3fn has
+#: 4 exponent and 3 mantissa bits, no infinities (an overflow is NaN) and a largest
+#: value of 448; e5m2 has 5 and 2, infinities, and a largest value of 57,344.
+FLOAT8S = frozenset({"float8_e4m3fn", "float8_e5m2"})
+FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"}) | FLOAT8S
 HALFS = frozenset({"float16", "bfloat16"})
-INTEGERS = frozenset({"int8", "int32", "int64"})
+UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
+INTEGERS = frozenset({"int8", "int16", "int32", "int64"}) | UNSIGNED
 
-_NUMPY = {name: np.dtype(name) for name in DTYPES if name != "bfloat16"}
-_NUMPY["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+_ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+              "float8_e5m2": ml_dtypes.float8_e5m2}
+_NUMPY = {name: np.dtype(_ML_DTYPES.get(name, name)) for name in DTYPES}
 
 Literal = int | float
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype that stores ``dtype`` (bfloat16 through ``ml_dtypes``)."""
+    """The NumPy dtype that stores ``dtype`` (bfloat16 and the 8-bit floats through ``ml_dtypes``)."""
     return _NUMPY[dtype]
 
 
@@ -35,14 +43,14 @@ def cast_array(array, dtype: str) -> np.ndarray:
     """
     a = np.asarray(array)
     with np.errstate(all="ignore"):  # overflow to inf and NaN to integer are the conversion's meaning
-        if dtype != "bfloat16" or a.dtype != np.float64:
+        if dtype not in _ML_DTYPES or a.dtype != np.float64:
             return a.astype(_NUMPY[dtype])
         f = a.astype(np.float32)
     back = f.astype(np.float64)
     inexact = np.isfinite(a) & (back != a)
     f = np.where(inexact & (np.abs(back) > np.abs(a)), np.nextafter(f, np.float32(0)), f)
     odd = f.view(np.uint32) | inexact.astype(np.uint32)
-    return odd.view(np.float32).astype(_NUMPY["bfloat16"])
+    return odd.view(np.float32).astype(_NUMPY[dtype])
 
 
 def itemsize(dtype: str) -> int:
@@ -51,19 +59,20 @@ def itemsize(dtype: str) -> int:
 
 
 def compute_dtype(dtype: str) -> str:
-    """The dtype arithmetic runs in: float32 for half types, the dtype itself otherwise."""
-    return "float32" if dtype in HALFS else dtype
+    """The dtype arithmetic runs in: float32 for half and 8-bit float types, the dtype
+    itself otherwise."""
+    return "float32" if dtype in HALFS | FLOAT8S else dtype
 
 
 def accumulator_dtype(dtype: str) -> str:
     """The dtype a sum accumulates ``dtype`` values in (float32, float64 for float64,
-    int64 for integers and bool): sums, means and products of reductions, and the
-    row sums of attention."""
+    uint64 for unsigned integers and int64 for the others and bool, as NumPy): sums,
+    means and products of reductions, scans, and the row sums of attention."""
     if dtype == "float64":
         return "float64"
     if dtype in FLOATS:
         return "float32"
-    return "int64"
+    return "uint64" if dtype in UNSIGNED else "int64"
 
 
 def reduction_accumulator(kind: str, dtype: str) -> str:
@@ -79,11 +88,16 @@ def product_accumulator(dtype: str) -> str:
     """The dtype a contraction of ``dtype`` operands accumulates in: float32 for float
     types up to float32 (tensor cores accumulate half types in float32), the
     operands' own dtype otherwise (float64, and integers, which wrap)."""
-    return "float32" if dtype in ("float16", "bfloat16", "float32") else dtype
+    return "float32" if dtype in HALFS | FLOAT8S | {"float32"} else dtype
 
 
 def _promote_pair(a: str, b: str) -> str:
-    # bfloat16 has no NumPy promotion of its own; it follows float16's lattice position.
+    # An 8-bit float with itself or bool stays itself; otherwise it promotes from
+    # float16's position, as bfloat16 does (neither has a NumPy promotion of its own).
+    if a in FLOAT8S or b in FLOAT8S:
+        if a == b or "bool" in (a, b):
+            return a if a != "bool" else b
+        a, b = ("float16" if a in FLOAT8S else a), ("float16" if b in FLOAT8S else b)
     if {a, b} == {"float16", "bfloat16"}:
         return "float32"
     na = "float16" if a == "bfloat16" else a

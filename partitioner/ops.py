@@ -439,7 +439,7 @@ def _infer_cumsum(operands, attrs):
     if not x.shape:
         raise InferenceError("cumsum needs a tensor of rank 1 or more")
     normalize_axis(attrs["axis"], len(x.shape))
-    return TensorType(x.shape, x.dtype if x.dtype in FLOATS else "int64")
+    return TensorType(x.shape, _sum_dtype(x.dtype))
 
 
 def _infer_pool(kind: str):
@@ -778,7 +778,9 @@ _REDUCE_ATTRS = {"axes": Attr("ints"), "keepdims": Attr("bool", default=False)}
 
 
 def _sum_dtype(dtype):
-    return dtype if dtype in FLOATS else "int64"
+    """Sums keep a float dtype; integers and bool widen as NumPy's do (uint64 for
+    unsigned, int64 otherwise)."""
+    return dtype if dtype in FLOATS else accumulator_dtype(dtype)
 
 
 def _mean_dtype(dtype):

@@ -3,8 +3,9 @@
 Small values sit inline in the graph file, as an input's ``value`` (a number for
 a scalar, nested lists otherwise). Large ones, such as weights, sit in a NumPy
 ``.npz`` side file that the graph names (``values: FILE.npz``, relative to the
-graph file), one array per input name. NumPy's file format has no ``bfloat16``,
-so a bfloat16 array is stored as its ``uint16`` bit pattern.
+graph file), one array per input name. NumPy's file format has no ``bfloat16``
+or 8-bit floats, so those arrays are stored as their bit patterns (``uint16``,
+``uint8``).
 
 A graph stays usable without its side file: the inputs it would have given are
 drawn at random, as for any input without a value, and the run report says so.
@@ -28,7 +29,7 @@ from .ops import TensorType
 INLINE_LIMIT = 1024
 
 # how a dtype without a NumPy file type is stored in an .npz: as its bit pattern
-_STORED_AS = {"bfloat16": np.dtype(np.uint16)}
+_STORED_AS = {"bfloat16": np.dtype(np.uint16), "float8_e4m3fn": np.dtype(np.uint8), "float8_e5m2": np.dtype(np.uint8)}
 
 
 def parse_inline(value: Any, t: TensorType) -> np.ndarray:
@@ -80,7 +81,8 @@ def write_side_file(path: str | Path, values: dict[str, np.ndarray]) -> None:
     stored = {}
     for name, array in values.items():
         a = np.asarray(array)
-        stored[name] = a.view(np.uint16) if a.dtype == numpy_dtype("bfloat16") else a
+        bits = next((b for d, b in _STORED_AS.items() if a.dtype == numpy_dtype(d)), None)
+        stored[name] = a.view(bits) if bits is not None else a
     with open(path, "wb") as f:
         np.savez(f, **stored)
 

@@ -177,3 +177,41 @@ def test_pool_errors_name_the_op(entry, message):
                                {"name": "i", "shape": [1, 2, 4, 4], "dtype": "int32"}],
                     "ops": [entry], "outputs": ["y"]})
     assert "op 'y'" in str(raised.value)
+
+
+# ---------------------------------------------------------------- dtypes of format 1.1
+
+
+@pytest.mark.parametrize("a, b, result", [
+    ("uint8", "int8", "int16"), ("uint8", "int16", "int16"), ("uint16", "int16", "int32"),
+    ("uint32", "int32", "int64"), ("uint64", "int64", "float64"), ("uint16", "uint32", "uint32"),
+    ("float8_e4m3fn", "float8_e4m3fn", "float8_e4m3fn"), ("float8_e4m3fn", "bool", "float8_e4m3fn"),
+    ("float8_e4m3fn", "float8_e5m2", "float16"), ("float8_e5m2", "int8", "float16"),
+    ("float8_e5m2", "bfloat16", "float32"), ("float8_e4m3fn", "float32", "float32"),
+])
+def test_new_dtypes_promote_as_documented(a, b, result):
+    g = make_graph({"a": ([4], a), "b": ([4], b)}, [op("c", "add", ["a", "b"])], ["c"])
+    assert g.tensor("c").dtype == result
+    if "float8" not in a + b:  # NumPy's own lattice
+        assert np.result_type(np.dtype(a), np.dtype(b)).name == result
+
+
+def test_sums_of_unsigned_integers_are_uint64_and_a_negative_literal_is_refused():
+    g = make_graph({"u": ([4], "uint8")}, [op("s", "reduce_sum", ["u"]), op("c", "cumsum", ["u"], axis=0)], ["s", "c"])
+    assert g.tensor("s").dtype == g.tensor("c").dtype == "uint64"
+    values = run_reference(g, {"u": np.array([250, 10, 3, 0], np.uint8)})
+    assert values["s"] == 263 and values["c"].tolist() == [250, 260, 263, 263]
+    with pytest.raises(GraphError, match="literal -1 does not fit uint8"):
+        make_graph({"u": ([4], "uint8")}, [op("d", "add", ["u", -1])], ["d"])
+
+
+def test_float8_rounds_once_to_nearest_even_and_e4m3fn_overflows_to_nan():
+    import ml_dtypes
+
+    x = np.array([1 + 2**-4 + 2**-30, 1 + 2**-4, 500.0, 448.0, -2**-10], dtype=np.float64)
+    g = make_graph({"x": ([5], "float64")}, [op("e", "cast", ["x"], dtype="float8_e4m3fn"),
+                                             op("f", "cast", ["x"], dtype="float8_e5m2")], ["e", "f"])
+    values = run_reference(g, {"x": x})
+    e = values["e"].astype(np.float64)
+    assert e[0] == 1.125 and e[1] == 1.0 and np.isnan(e[2]) and e[3] == 448.0  # 1.0625 ties to even
+    assert values["f"].dtype == np.dtype(ml_dtypes.float8_e5m2) and values["f"].astype(np.float64)[2] == 512.0

@@ -142,3 +142,19 @@ def test_import_writes_weights_beside_the_graph(tmp_path, capsys):
     assert cli.main(["import", str(source), "-o", str(out), "--no-values"]) == 0
     assert "not written (--no-values)" in capsys.readouterr().err
     assert load_graph(out).values_file is None
+
+
+def test_side_files_hold_every_dtype_bit_for_bit(tmp_path):
+    from partitioner.dtypes import DTYPES, numpy_dtype
+    from partitioner.reference import random_values
+
+    inputs = [{"name": f"t_{d}", "shape": [3, 5], "dtype": d} for d in DTYPES]
+    graph = {"format": 1.1, "values": "all.npz", "inputs": inputs,
+             "ops": [{"name": "y", "op": "neg", "inputs": ["t_float32"]}], "outputs": ["y"]}
+    (tmp_path / "all.json").write_text(json.dumps(graph))
+    loaded = load_graph(tmp_path / "all.json")
+    arrays = random_values(loaded, list(loaded.inputs), seed=5)
+    write_side_file(tmp_path / "all.npz", arrays)
+    back = constants(load_graph(tmp_path / "all.json")).values
+    for name, array in arrays.items():
+        assert back[name].dtype == numpy_dtype(loaded.inputs[name].dtype) and back[name].tobytes() == array.tobytes()

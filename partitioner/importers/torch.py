@@ -37,7 +37,12 @@ from . import GraphBuilder, ImportResult, Unmappable, batch_norm, report, saniti
 DTYPES = {
     torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
     torch.int8: "int8", torch.int32: "int32", torch.int64: "int64", torch.bool: "bool",
+    torch.uint8: "uint8", torch.int16: "int16", torch.uint16: "uint16", torch.uint32: "uint32",
+    torch.uint64: "uint64", torch.float8_e4m3fn: "float8_e4m3fn", torch.float8_e5m2: "float8_e5m2",
 }
+# dtypes NumPy has no type of: their bits, viewed as ml_dtypes' type
+_BITS = {torch.bfloat16: (torch.int16, ml_dtypes.bfloat16), torch.float8_e4m3fn: (torch.uint8, ml_dtypes.float8_e4m3fn),
+         torch.float8_e5m2: (torch.uint8, ml_dtypes.float8_e5m2)}
 
 _WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 SOURCE = f"torch.export core ATen (torch {torch.__version__})"
@@ -208,8 +213,9 @@ class _Converter:
         if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
             return None
         tensor = tensor.detach().cpu()
-        if tensor.dtype == torch.bfloat16:  # NumPy has no bfloat16: through its bits
-            return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        if tensor.dtype in _BITS:
+            bits, ml_type = _BITS[tensor.dtype]
+            return tensor.view(bits).numpy().view(ml_type)
         return tensor.numpy()
 
     def _call(self, node: Node) -> None:
