@@ -32,7 +32,7 @@ import numpy as np
 from partitioner.dtypes import numpy_dtype
 from partitioner.graph import Graph
 from partitioner.plan import Plan
-from partitioner.reference import input_values, run_reference
+from partitioner.reference import input_values, random_values, run_reference
 from partitioner.report import PIPED_WIDTH, table_text
 
 from .base import Backend, BackendError
@@ -74,8 +74,9 @@ def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputC
 
 
 def storage_values(graph: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Graph-input values keyed by storage (graph inputs are their own storages)."""
-    return {name: values[name] for name in graph.inputs}
+    """Graph-input values, and custom ops' results where ``values`` has them, keyed by
+    storage (both are their own storages)."""
+    return {name: values[name] for name in (*graph.inputs, *graph.ops) if name in values}
 
 
 def output_value(graph: Graph, storages: dict[str, np.ndarray], tensor: str) -> np.ndarray:
@@ -115,8 +116,10 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     Raises
     ------
     BackendError
-        The graph has a custom op (no semantics), the reference cannot run on the
-        inputs, the tensors do not fit in memory, or the backend cannot build or run.
+        The reference cannot run on the inputs, the tensors do not fit in memory,
+        or the backend cannot build or run. A custom op runs in the reference
+        through its importer's hook (``Graph.hooks``), or else its result is drawn
+        at random (the run report says which); the plan runs on that result.
 
     Examples
     --------
@@ -129,13 +132,15 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     [('y', True)]
     """
     g = plan.graph
-    custom = [op.name for op in g.ops.values() if op.kind == "custom"]
-    if custom:
-        raise BackendError(f"op '{custom[0]}' is custom and has no semantics: the plan cannot be run and checked")
+    customs = [op.name for op in g.ops.values() if op.kind == "custom"]
     try:
         inputs = {**input_values(g, seed), **(inputs or {})}
-        reference = _reference(g, inputs)
-        storages = {**storage_values(g, inputs), **backend.run(backend.build(backend.render(plan)), inputs)}
+        # a custom op runs in the reference through its hook, or stands in as drawn data;
+        # the plan then runs on the reference's result of it, like any input
+        stand_ins = random_values(g, [c for c in customs if c not in g.hooks], seed)
+        reference = _reference(g, {**inputs, **stand_ins}, [*g.outputs, *customs])
+        fed = {**inputs, **{c: reference[c] for c in customs}}
+        storages = {**storage_values(g, fed), **backend.run(backend.build(backend.render(plan)), fed)}
     except MemoryError:
         need = sum(t.nbytes for t in [*g.inputs.values(), *(op.out for op in g.ops.values())])
         raise BackendError(f"the graph's tensors ({need / 2**30:,.1f} GiB, every one held for the comparison) "
@@ -143,9 +148,9 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
 
 
-def _reference(g: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _reference(g: Graph, inputs: dict[str, np.ndarray], keep: list[str]) -> dict[str, np.ndarray]:
     try:
-        return run_reference(g, inputs, keep=g.outputs)  # only the live values: whole networks fit
+        return run_reference(g, inputs, keep=keep)  # only the live values: whole networks fit
     except ValueError as exc:
         raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
 

@@ -85,6 +85,9 @@ class Graph:
             in each input's shape and dtype.
         values_file: the ``.npz`` side file of larger constant values the graph
             names, relative to ``path`` (``partitioner.values.constants`` reads it).
+        hooks: semantics of ``custom`` ops an importer attached, in memory only:
+            op name -> a callable from the op's tensor operands (NumPy arrays) to
+            its result (the framework's own op, e.g. ``torch.topk``).
         cache: derived structure other modules compute once per graph (e.g. the
             attention structure of a pair of contractions); never part of equality.
     """
@@ -97,6 +100,7 @@ class Graph:
     path: str | None = None
     values: dict = field(default_factory=dict, repr=False, compare=False)
     values_file: str | None = None
+    hooks: dict = field(default_factory=dict, repr=False, compare=False)
     dag: nx.DiGraph = field(init=False, repr=False)
     cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 

@@ -17,7 +17,7 @@ _MOVES = frozenset({"reshape", "transpose", "broadcast_to", "slice", "concat", "
 
 
 def _index_bounds(graph: Graph) -> dict[str, int]:
-    """Graph input -> exclusive upper bound for its random values, where they reach a
+    """Graph input (or custom op) -> exclusive upper bound for its random values, where they reach a
     gather's indices, directly or through ops that only move values (layout ops,
     casts, the data of another gather): then the drawn indices are in range."""
     bounds: dict[str, int] = {}
@@ -32,7 +32,7 @@ def _index_bounds(graph: Graph) -> dict[str, int]:
             if tensor in seen:
                 continue
             seen.add(tensor)
-            if tensor in graph.inputs:
+            if tensor in graph.inputs or graph.ops[tensor].kind == "custom":  # drawn values
                 bounds[tensor] = min(bounds.get(tensor, dim), dim)
             elif graph.ops[tensor].kind in _MOVES:
                 stack.extend(graph.ops[tensor].tensor_inputs)
@@ -97,6 +97,17 @@ def _last_readers(graph: Graph) -> dict[str, int]:
     return last
 
 
+def _run_hook(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray:
+    """A custom op's result from the semantics its importer attached, checked
+    against the op's stated shape and dtype."""
+    op = graph.ops[name]
+    result = np.asarray(graph.hooks[name](*[values[t] for t in op.tensor_inputs]))
+    if result.shape != op.out.shape or result.dtype != numpy_dtype(op.out.dtype):
+        raise ValueError(f"op '{name}': its semantics hook gave {result.dtype}{list(result.shape)}, "
+                         f"not the stated {op.out.dtype}{list(op.out.shape)}")
+    return result
+
+
 def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0,
                   keep: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` op by op with NumPy: the unfused reference every backend is checked against.
@@ -108,7 +119,9 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     inputs : dict of str to numpy.ndarray, optional
         Values for graph inputs; missing ones are the graph's constant values, or
         else drawn by :func:`input_values` (floats standard normal, integers
-        within the axis they index).
+        within the axis they index). A ``custom`` op's name gives its result (a
+        stand-in); otherwise a custom op runs through its importer's hook
+        (``Graph.hooks``).
     seed : int
         The seed for the drawn inputs.
     keep : iterable of str, optional
@@ -129,7 +142,7 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
         index is outside its axis; a :class:`GraphError` when the graph's side
         file of values is unreadable or does not match.
     NotImplementedError
-        The graph has a ``custom`` op (it has no semantics).
+        The graph has a ``custom`` op with neither a given result nor a hook.
 
     Examples
     --------
@@ -146,12 +159,13 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     ['x', 'y']
     """
     given = dict(inputs or {})
-    unknown = sorted(set(given) - set(graph.inputs))
+    customs = {name for name, op in graph.ops.items() if op.kind == "custom"}
+    unknown = sorted(set(given) - set(graph.inputs) - customs)
     if unknown:
         raise ValueError(f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a graph input")
     values = input_values(graph, seed)
     for name, array in given.items():
-        t = graph.inputs[name]
+        t = graph.tensor(name)
         array = np.asarray(array)
         if array.shape != t.shape or array.dtype != numpy_dtype(t.dtype):
             raise ValueError(f"input '{name}' must be {t.dtype}{list(t.shape)}, got {array.dtype}{list(array.shape)}")
@@ -159,9 +173,14 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     kept = None if keep is None else set(keep)
     last = _last_readers(graph) if kept is not None else {}
     for position, (name, op) in enumerate(graph.ops.items()):
-        if op.kind == "custom":
+        if op.kind != "custom":
+            values[name] = run_op(graph, name, values)
+        elif name in given:
+            values[name] = given[name]
+        elif name in graph.hooks:
+            values[name] = _run_hook(graph, name, values)
+        else:
             raise NotImplementedError(f"op '{name}' is custom (kind {op.attrs['kind']!r}) and has no semantics")
-        values[name] = run_op(graph, name, values)
         if kept is not None:
             for tensor in (*op.tensor_inputs, name):
                 if last[tensor] <= position and tensor not in kept:

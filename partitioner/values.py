@@ -107,14 +107,18 @@ class Constants:
 def provenance(graph: Graph) -> dict:
     """Where each input's value comes from in a run: ``inline`` and ``file`` (names
     given by the graph), ``seeded`` (the rest), and ``missing`` (the side file the
-    graph names, when it is not there)."""
+    graph names, when it is not there); and how each ``custom`` op's result is
+    made: ``hooked`` (its importer's semantics) or ``drawn`` (random data)."""
     found = constants(graph)
+    customs = [name for name, op in graph.ops.items() if op.kind == "custom"]
     return {"inline": list(found.inline), "file": list(found.from_file),
-            "seeded": [n for n in graph.inputs if n not in found.values], "missing": found.missing}
+            "seeded": [n for n in graph.inputs if n not in found.values], "missing": found.missing,
+            "hooked": [c for c in customs if c in graph.hooks], "drawn": [c for c in customs if c not in graph.hooks]}
 
 
 def provenance_text(graph: Graph, seed: int) -> str:
-    """One line for the run report: ``inputs    2 constant values in the graph, ...``."""
+    """The run report's lines on values: ``inputs    2 constant values in the
+    graph, ...``, and ``custom    ...`` when the graph has custom ops."""
     p = provenance(graph)
     parts = []
     if p["inline"]:
@@ -124,7 +128,14 @@ def provenance_text(graph: Graph, seed: int) -> str:
     if p["seeded"]:
         parts.append(f"{len(p['seeded'])} drawn at random (seed {seed})")
     missing = f"; {p['missing']} is missing, so the values it holds were drawn at random" if p["missing"] else ""
-    return f"inputs    {', '.join(parts) or 'none'}{missing}\n"
+    lines = [f"inputs    {', '.join(parts) or 'none'}{missing}"]
+    if p["hooked"] or p["drawn"]:
+        custom = [f"{len(p['hooked'])} run by their importer's semantics"] if p["hooked"] else []
+        if p["drawn"]:
+            custom.append(f"{len(p['drawn'])} without semantics, whose results were drawn at random "
+                          f"({', '.join(p['drawn'][:3])}{', ...' if len(p['drawn']) > 3 else ''})")
+        lines.append(f"custom    {'; '.join(custom)}: the plan runs on those results")
+    return "".join(line + "\n" for line in lines)
 
 
 def read_side_file(path: Path, inputs: dict[str, TensorType]) -> dict[str, np.ndarray]:

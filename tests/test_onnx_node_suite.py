@@ -28,7 +28,12 @@ from partitioner.importers import onnx as onnx_importer  # noqa: E402
 from partitioner.reference import run_reference  # noqa: E402
 
 # Measured on this version: a floor, so that a change that refuses more cases fails.
-PASSING_AT_LEAST = 495
+PASSING_AT_LEAST = 579
+
+
+# Cases whose expected outputs ONNX writes rounded (to 4 decimals), so they are
+# judged at the case's own tolerance, as ONNX's backend runner judges them.
+ROUNDED = {"test_averagepool_2d_ceil_last_window_starts_on_pad"}
 
 
 @functools.cache
@@ -66,6 +71,10 @@ def _outcome(case) -> tuple[str, str]:
             if got is None or got.shape != want.shape or str(got.dtype) != str(want.dtype):
                 return "wrong", f"output '{name}': {None if got is None else (got.dtype, got.shape)} " \
                                 f"against {(want.dtype, want.shape)}"
+            if case.name in ROUNDED:
+                if not np.allclose(got, want, rtol=case.rtol, atol=case.atol):
+                    return "wrong", f"output '{name}': not within the case's rtol {case.rtol}"
+                continue
             dtype = str(want.dtype)
             check = compare(name, dtype if dtype in DTYPES else "int64", got, want)
             if not check.ok:

@@ -121,18 +121,22 @@ class ImportResult:
             import command writes these to the graph's ``.npz`` side file.
         renamed: source tensor name -> graph name, for the names that had to
             change to be valid format-v1 names.
+        hooks: custom op name -> the source framework's semantics of it (see
+            ``Graph.hooks``); in memory only, never written to a file.
     """
 
     graph: dict
     summary: Summary
     values: dict[str, np.ndarray] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)
+    hooks: dict[str, Any] = field(default_factory=dict)
 
     def load(self) -> Graph:
         """The graph through :func:`partitioner.load_graph`, holding every constant
-        value in memory (raises GraphError)."""
+        value and custom-op hook in memory (raises GraphError)."""
         graph = load_graph(self.graph)
         graph.values.update(self.values)
+        graph.hooks.update(self.hooks)
         return graph
 
 
@@ -158,6 +162,7 @@ class GraphBuilder:
         self.ops: list[dict] = []
         self.types: dict[str, TensorType] = {}
         self.values: dict[str, np.ndarray] = {}
+        self.hooks: dict[str, Any] = {}
         self.summary = Summary()
         # Names the source graph uses; helper ops never take one of them.
         self._taken: set[str] = set(reserved)
@@ -261,6 +266,7 @@ class GraphBuilder:
         for entry in self.ops[n_ops:] + self.inputs[n_inputs:]:
             del self.types[entry["name"]]
             self.values.pop(entry["name"], None)
+            self.hooks.pop(entry["name"], None)
         del self.ops[n_ops:], self.inputs[n_inputs:]
 
     def count(self, outcome: str, kind: str = "", reason: str = "") -> None:
@@ -284,7 +290,7 @@ class GraphBuilder:
         graph = {"format": version, "name": self.name, "source": self.source, "inputs": self.inputs,
                  "ops": self.ops, "outputs": list(dict.fromkeys(outputs))}
         self.summary.graph_ops = len(self.ops)
-        return ImportResult(graph, self.summary, self.values, renamed or {})
+        return ImportResult(graph, self.summary, self.values, renamed or {}, self.hooks)
 
 
 def sanitize(name: str) -> str:
@@ -328,6 +334,45 @@ def batch_norm(b: GraphBuilder, name: str, x: str, weight: str | None, bias: str
         y = step("scaled", "mul", [y, per_channel(weight, "w")])
     if bias is not None:
         y = step("shifted", "add", [y, per_channel(bias, "b")])
+    return y
+
+
+def group_norm(b: GraphBuilder, name: str, x: str, weight: str | None, bias: str | None, groups: int,
+               eps: float) -> str:
+    """Group normalisation of ``x`` [N, C, ...] as primitives; returns ``name``.
+
+    The C channels form ``groups`` groups of C / groups; each instance's group is
+    normalised over its channels and positions (a ``layer_norm`` over the last axis
+    of an [N, groups, rest] view), then ``weight`` and ``bias`` [C] scale and shift
+    per channel. ``groups`` = C is instance normalisation, 1 is a layer norm over
+    everything but N. Half-precision input is computed in float32 and rounded once
+    at the end, as :func:`batch_norm` does.
+
+    Raises:
+        Unmappable: ``x`` has no channel axis or ``groups`` does not divide C.
+    """
+    xt = b.type(x)
+    if len(xt.shape) < 2 or groups < 1 or xt.shape[1] % groups:
+        raise Unmappable(f"{groups} groups do not divide the channels of a {list(xt.shape)} tensor")
+    channel = [xt.shape[1]] + [1] * (len(xt.shape) - 2)
+    last = "shifted" if bias is not None else "scaled" if weight is not None else "xn"
+
+    def step(part: str, kind: str, inputs: list, attrs: dict | None = None) -> str:
+        if part == last:  # half input: computed in float32, then the builder's explicit cast back
+            return b.op(name, kind, inputs, attrs, shape=xt.shape, dtype=xt.dtype)
+        return b.op(b.fresh(name, part), kind, inputs, attrs)
+
+    if xt.dtype in ("float16", "bfloat16"):
+        x = b.op(b.fresh(name, "in"), "cast", [x], {"dtype": "float32"})
+    rest = xt.shape[1] // groups * math.prod(xt.shape[2:])
+    grouped = b.op(b.fresh(name, "grouped"), "reshape", [x], {"shape": [xt.shape[0], groups, rest]})
+    norm = b.op(b.fresh(name, "norm"), "layer_norm", [grouped], {"axes": [-1], "eps": eps})
+    y = step("xn", "reshape", [norm], {"shape": list(xt.shape)})
+    if weight is not None:
+        w = b.op(b.fresh(name, "w"), "reshape", [weight], {"shape": channel})
+        y = step("scaled", "mul", [y, w])
+    if bias is not None:
+        y = step("shifted", "add", [y, b.op(b.fresh(name, "b"), "reshape", [bias], {"shape": channel})])
     return y
 
 

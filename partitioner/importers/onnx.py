@@ -7,7 +7,7 @@ static tensors, integer and scalar initializers, and any default-domain op whose
 operands are all known and whose result is small (evaluated with
 ``onnx.reference``). A known scalar becomes a literal where the op allows one;
 any other known tensor becomes a graph input like a weight. Float initializers
-(weights) become graph inputs and their data is never read.
+(weights) become graph inputs that keep their values.
 
 An op that has no faithful format-v1 equivalent becomes ``custom`` with its op
 type as ``kind`` (``domain.OpType`` outside the default domain).
@@ -29,7 +29,7 @@ from ..dtypes import cast_array
 from ..errors import GraphError, InferenceError
 from ..graph import Graph
 from ..ops import broadcast_shapes, reshape_target
-from . import GraphBuilder, ImportResult, Unmappable, batch_norm, report, sanitize
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
 
 DTYPES = {
     TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
@@ -528,11 +528,64 @@ for _op_type, _op in {
     _register(_op_type)(_elementwise(_op))
 
 
+@_register("Sum", "Mean", "Max", "Min")
+def _variadic(cx: _Converter, node: onnx.NodeProto) -> str:
+    """A chain over the operands in order, broadcasting as it goes; Mean divides the
+    sum by their count. One operand is the identity (a view)."""
+    operands = [i for i, name in enumerate(node.input) if name]
+    if len(operands) == 1:
+        return _reshape_to(cx, node, list(cx.shape(node.input[operands[0]])))
+    op = {"Sum": "add", "Mean": "add", "Max": "maximum", "Min": "minimum"}[node.op_type]
+    acc = cx.tensor(node.input[operands[0]])
+    for i in operands[1:-1]:
+        acc = cx.helper(node, f"{op}{i}", op, [acc, cx.operand(node, i)])
+    if node.op_type != "Mean":
+        return cx.emit(node, op, [acc, cx.operand(node, operands[-1])])
+    total = cx.helper(node, "sum", op, [acc, cx.operand(node, operands[-1])])
+    return cx.emit(node, "div", [total, len(operands)])
+
+
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+
+
 @_register("Div")
 def _div(cx: _Converter, node: onnx.NodeProto) -> str:
-    if cx.dtype(node.output[0]) not in ("float16", "bfloat16", "float32", "float64"):
-        raise Unmappable("integer Div truncates; format v1's div of integers gives float32")
-    return _elementwise("div")(cx, node)
+    """Integer Div truncates toward zero: NumPy's floor division, plus one where the
+    division is inexact and the operands' signs differ (exact in every integer dtype)."""
+    if cx.dtype(node.output[0]) in _FLOATS:
+        return _elementwise("div")(cx, node)
+    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    floor = cx.helper(node, "floor", "floor_divide", [a, b])
+    rounded_down = _rounded_down(cx, node, a, cx.helper(node, "rem", "remainder", [a, b]))
+    return cx.emit(node, "where", [rounded_down, cx.helper(node, "up", "add", [floor, 1]), floor])
+
+
+def _rounded_down(cx: _Converter, node: onnx.NodeProto, a: str, remainder: str) -> str:
+    """Where floor and truncation differ: a non-zero NumPy remainder (which has the
+    divisor's sign) whose sign is not the dividend's."""
+    inexact = cx.helper(node, "inexact", "ne", [remainder, 0])
+    signs = cx.helper(node, "signs", "ne", [cx.helper(node, "rem_neg", "lt", [remainder, 0]),
+                                             cx.helper(node, "a_neg", "lt", [a, 0])])
+    return cx.helper(node, "rounded", "logical_and", [inexact, signs])
+
+
+@_register("Mod")
+def _mod(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``fmod=0``: NumPy's remainder, the divisor's sign (for floats as opset 28
+    defines it). ``fmod=1``: C's fmod, the dividend's sign: for integers the
+    remainder less the divisor where it was rounded down; for floats the remainder
+    of the magnitudes, which is exact, with the dividend's sign."""
+    if not _attr(node, "fmod", 0):
+        return _elementwise("remainder")(cx, node)
+    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    if cx.dtype(node.output[0]) in _FLOATS:
+        magnitude = cx.helper(node, "mag", "remainder", [cx.helper(node, "a_abs", "abs", [a]),
+                                                         cx.helper(node, "b_abs", "abs", [b])])
+        negative = cx.helper(node, "a_neg", "lt", [a, 0])
+        return cx.emit(node, "where", [negative, cx.helper(node, "neg", "neg", [magnitude]), magnitude])
+    remainder = cx.helper(node, "rem", "remainder", [a, b])
+    corrected = cx.helper(node, "fix", "sub", [remainder, b])
+    return cx.emit(node, "where", [_rounded_down(cx, node, a, remainder), corrected, remainder])
 
 
 @_register("Identity", "Dropout")
@@ -657,6 +710,78 @@ def _batch_norm(cx: _Converter, node: onnx.NodeProto) -> str:
     return batch_norm(cx.b, cx.names[node.output[0]], x, scale, bias, mean, var, _attr(node, "epsilon", 1e-5))
 
 
+@_register("InstanceNormalization")
+def _instance_norm(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Group normalisation with a group per channel."""
+    x, scale, bias = (cx.tensor(i) for i in node.input[:3])
+    channels = cx.b.type(x).shape[1]
+    return group_norm(cx.b, cx.names[node.output[0]], x, scale, bias, channels, _attr(node, "epsilon", 1e-5))
+
+
+@_register("GroupNormalization")
+def _group_normalization(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Opset 21: the normalisation in ``stash_type`` (float32 by default), rounded to
+    X's dtype, then scale and bias per channel in X's dtype. Opset 18: scale and bias
+    per group, everything in X's dtype (float16 statistics as E[x^2] - E[x]^2, which
+    the format's float32 normalisation does not reproduce: half input is refused)."""
+    x, scale, bias = (cx.tensor(i) for i in node.input[:3])
+    xt = cx.b.type(x)
+    groups = _attr(node, "num_groups")
+    if cx.opset >= 21:
+        stash = DTYPES.get(_attr(node, "stash_type", TensorProto.FLOAT))
+        if stash not in ("float32", "float64"):
+            raise Unmappable(f"stash_type {_attr(node, 'stash_type')}: only float32 or float64 statistics map")
+    elif xt.dtype in ("float16", "bfloat16"):
+        raise Unmappable("opset 18 GroupNormalization computes its statistics in half precision")
+    else:
+        stash = xt.dtype
+        scale = _per_channel(cx, node, scale, "s", groups, xt.shape[1])
+        bias = _per_channel(cx, node, bias, "b", groups, xt.shape[1])
+    stage = x if xt.dtype == stash else cx.helper(node, "stash", "cast", [x], {"dtype": stash})
+    normalized = group_norm(cx.b, cx.b.fresh(cx.names[node.output[0]], "normalized"), stage, None, None, groups,
+                            _attr(node, "epsilon", 1e-5))
+    if stash != xt.dtype:
+        normalized = cx.helper(node, "t", "cast", [normalized], {"dtype": xt.dtype})
+    channel = {"shape": [xt.shape[1]] + [1] * (len(xt.shape) - 2)}
+    scaled = cx.helper(node, "scaled", "mul", [normalized, cx.helper(node, "s_c", "reshape", [scale], channel)])
+    return cx.emit(node, "add", [scaled, cx.helper(node, "b_c", "reshape", [bias], channel)])
+
+
+def _per_channel(cx: _Converter, node: onnx.NodeProto, tensor: str, part: str, groups: int, channels: int) -> str:
+    """A per-group [groups] tensor repeated for each channel of its group: [channels]."""
+    if groups < 1 or channels % groups:
+        raise Unmappable(f"{groups} groups do not divide {channels} channels")
+    column = cx.helper(node, f"{part}_g", "reshape", [tensor], {"shape": [groups, 1]})
+    spread = cx.helper(node, f"{part}_spread", "broadcast_to", [column], {"shape": [groups, channels // groups]})
+    return cx.helper(node, f"{part}_ch", "reshape", [spread], {"shape": [channels]})
+
+
+@_register("LRN")
+def _lrn(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x / (bias + alpha / size * S) ** beta``, S the sum of x^2 over ``size``
+    channels ((size - 1) // 2 before, size // 2 after, zeros past the ends): x^2
+    padded with zeros along C, and the sum of its ``size`` shifted slices, all
+    elementwise and layout ops that fuse into one kernel. Half input is computed in
+    float32."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    if len(shape) < 2:
+        raise Unmappable(f"LRN needs a channel axis (input rank {len(shape)})")
+    size, channels = _attr(node, "size"), shape[1]
+    if cx.b.type(x).dtype in ("float16", "bfloat16"):
+        x = cx.helper(node, "in", "cast", [x], {"dtype": "float32"})
+    pads = [0] * (2 * len(shape))
+    pads[1], pads[1 + len(shape)] = (size - 1) // 2, size // 2
+    padded = cx.helper(node, "pad", "pad", [cx.helper(node, "sq", "square", [x])], {"pads": pads})
+    total = None
+    for k in range(size):
+        shifted = cx.helper(node, f"c{k}", "slice", [padded], {"starts": [k], "ends": [k + channels], "axes": [1]})
+        total = shifted if total is None else cx.helper(node, f"sum{k}", "add", [total, shifted])
+    weighted = cx.helper(node, "alpha", "mul", [total, _attr(node, "alpha", 1e-4) / size])
+    scaled = cx.helper(node, "scaled", "add", [weighted, _attr(node, "bias", 1.0)])
+    return cx.emit(node, "div", [x, cx.helper(node, "den", "pow", [scaled, _attr(node, "beta", 0.75)])])
+
+
 # ---------------------------------------------------------------- contractions
 
 
@@ -690,12 +815,13 @@ def _gemm(cx: _Converter, node: onnx.NodeProto) -> str:
 
 def _same_pads(cx: _Converter, node: onnx.NodeProto, size: tuple[int, ...], kernel: list[int], strides: list[int],
                dilations: list[int]) -> list[int]:
-    """ONNX ``pads`` [top, left, bottom, right] for ``auto_pad``."""
+    """ONNX ``pads`` (every axis' begin, then every axis' end: [top, left, bottom,
+    right] in 2-D) for ``auto_pad``."""
     mode = _attr(node, "auto_pad", "NOTSET")
     if mode == "NOTSET":
-        return list(_attr(node, "pads", [0, 0, 0, 0]))
+        return list(_attr(node, "pads", [0] * (2 * len(size))))
     if mode == "VALID":
-        return [0, 0, 0, 0]
+        return [0] * (2 * len(size))
     begins, ends = [], []
     for n, k, s, d in zip(size, kernel, strides, dilations):
         total = max(0, (math.ceil(n / s) - 1) * s + (k - 1) * d + 1 - n)
@@ -716,6 +842,51 @@ def _conv(cx: _Converter, node: onnx.NodeProto) -> str:
              "dilations": dilations, "groups": _attr(node, "group", 1)}
     inputs = [x, w] + ([cx.tensor(node.input[2])] if len(node.input) > 2 and node.input[2] else [])
     return cx.emit(node, "conv2d", inputs, attrs)
+
+
+@_register("MaxPool")
+def _max_pool(cx: _Converter, node: onnx.NodeProto) -> str:
+    """The values output only: ``storage_order`` orders the Indices output, which
+    the format cannot give."""
+    if _used(cx, node, 1):
+        raise Unmappable("MaxPool's Indices output is used")
+    return _pool(cx, node, "max_pool2d", {})
+
+
+@_register("AveragePool")
+def _average_pool(cx: _Converter, node: onnx.NodeProto) -> str:
+    return _pool(cx, node, "avg_pool2d", {"count_include_pad": bool(_attr(node, "count_include_pad", 0))})
+
+
+def _pool(cx: _Converter, node: onnx.NodeProto, op: str, extra: dict) -> str:
+    """A 2-D pool maps as it is; a 1-D pool is a 2-D one over a view of height 1.
+    ``auto_pad`` is resolved to pads as for Conv; ``ceil_mode`` and ``dilations``
+    (opset 10; AveragePool's dilations from opset 19) default to off and 1."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    spatial = len(shape) - 2
+    if spatial not in (1, 2):
+        raise Unmappable(f"only 1-D and 2-D pools map to {op} (input rank {len(shape)})")
+    kernel = list(_attr(node, "kernel_shape"))
+    strides, dilations = list(_attr(node, "strides", [1] * spatial)), list(_attr(node, "dilations", [1] * spatial))
+    pads = _same_pads(cx, node, shape[2:], kernel, strides, dilations)
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "dilations": dilations,
+             "ceil_mode": bool(_attr(node, "ceil_mode", 0)), **extra}
+    if spatial == 2:
+        return cx.emit(node, op, [x], attrs)
+    row = {"kernel_shape": [1, *kernel], "strides": [1, *strides], "pads": [0, pads[0], 0, pads[1]],
+           "dilations": [1, *dilations]}
+    view = cx.helper(node, "row", "reshape", [x], {"shape": [shape[0], shape[1], 1, shape[2]]})
+    pooled = cx.helper(node, "2d", op, [view], {**attrs, **row})
+    n, c, _, width = cx.b.type(pooled).shape
+    return _reshape_to(cx, node, [n, c, width], pooled)
+
+
+@_register("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(cx: _Converter, node: onnx.NodeProto) -> str:
+    x = cx.tensor(node.input[0])
+    op = "reduce_mean" if node.op_type == "GlobalAveragePool" else "reduce_max"
+    return cx.emit(node, op, [x], {"axes": list(range(2, len(cx.b.type(x).shape))), "keepdims": True})
 
 
 # ---------------------------------------------------------------- layout
@@ -866,3 +1037,60 @@ def _split(cx: _Converter, node: onnx.NodeProto) -> list[str]:
     return [cx.emit(node, "slice", [x], {"starts": [int(starts[i])], "ends": [int(starts[i + 1])], "axes": [axis]},
                     out=i)
             for i in range(outputs)]
+
+
+@_register("Tile")
+def _tile(cx: _Converter, node: onnx.NodeProto) -> str:
+    """A size-1 axis before each repeated axis, broadcast to the repeat count, then
+    merged into it: [a, b] by [2, 3] is [1, a, 1, b] -> [2, a, 3, b] -> [2a, 3b]."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    repeats = [int(r) for r in cx.static(node, 1).ravel()]
+    if len(repeats) != len(shape) or min(repeats, default=0) < 0:
+        raise Unmappable(f"repeats {repeats} for a rank-{len(shape)} tensor")
+    if all(r == 1 for r in repeats):
+        return _reshape_to(cx, node, list(shape))
+    split = [d for r, n in zip(repeats, shape) for d in ([1, n] if r != 1 else [n])]
+    copies = [d for r, n in zip(repeats, shape) for d in ([r, n] if r != 1 else [n])]
+    view = cx.helper(node, "split", "reshape", [x], {"shape": split})
+    spread = cx.helper(node, "copies", "broadcast_to", [view], {"shape": copies})
+    return _reshape_to(cx, node, [r * n for r, n in zip(repeats, shape)], spread)
+
+
+# ---------------------------------------------------------------- generators and scans
+# Generators reach a converter only when their result is too large to fold.
+
+
+@_register("ConstantOfShape")
+def _constant_of_shape(cx: _Converter, node: onnx.NodeProto) -> str:
+    """A one-element constant broadcast to the static shape."""
+    shape = [int(d) for d in cx.static(node, 0).ravel()]
+    value = _attrs(node).get("value")
+    fill = np.zeros((), np.float32) if value is None else numpy_helper.to_array(value).reshape(())
+    dtype = cx.dtype(node.output[0])
+    scalar = cx.b.add_input(cx.b.fresh(cx.names[node.output[0]], "value"), [], dtype, fill)
+    return cx.emit(node, "broadcast_to", [scalar], {"shape": shape})
+
+
+@_register("Range")
+def _range(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``start + i * delta`` for i below ceil((limit - start) / delta), in the
+    operands' dtype (stated on the op)."""
+    dtype = cx.dtype(node.output[0])
+    bounds = [cx.static(node, i) for i in range(3)]
+    if any(b is None or b.size != 1 for b in bounds):
+        raise Unmappable("Range takes three scalars")
+    start, limit, delta = (b.item() for b in bounds)
+    return cx.emit(node, "arange", [], {"start": start, "limit": limit, "delta": delta, "dtype": dtype})
+
+
+@_register("CumSum")
+def _cumsum(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Integers accumulate in int64 in the format; the op states ONNX's dtype (the
+    input's), so the loader converts the sums."""
+    axis = cx.static(node, 1)
+    if axis.size != 1:
+        raise Unmappable(f"CumSum's axis must be one number, got {axis.tolist()}")
+    attrs = {"axis": int(axis.item()), "exclusive": bool(_attr(node, "exclusive", 0)),
+             "reverse": bool(_attr(node, "reverse", 0))}
+    return cx.emit(node, "cumsum", [cx.tensor(node.input[0])], attrs)

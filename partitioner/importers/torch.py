@@ -17,6 +17,7 @@ torch.export flattens them. Inputs no op reads are left out.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import operator
 import warnings
@@ -148,6 +149,41 @@ class _Const:
         self.name: str | None = None
 
 
+class _Operand(int):
+    """The position of a tensor operand among a custom hook's arrays."""
+
+
+def _run_aten(target: Any, args: list, kwargs: dict, index: int | None, *arrays: np.ndarray) -> np.ndarray:
+    """``target(*args, **kwargs)`` with each :class:`_Operand` replaced by its array
+    as a tensor; the result (result ``index`` of several) as NumPy."""
+    def value(arg: Any) -> Any:
+        if isinstance(arg, _Operand):
+            return _to_torch(arrays[arg])
+        if isinstance(arg, (list, tuple)):
+            return type(arg)(value(a) for a in arg)
+        return arg
+
+    with torch.no_grad():
+        result = target(*value(args), **{k: value(v) for k, v in kwargs.items()})
+    return _to_numpy(result if index is None else result[index])
+
+
+def _to_torch(array: np.ndarray) -> torch.Tensor:
+    array = np.ascontiguousarray(array)
+    for dtype, (_, ml_type) in _BITS.items():
+        if array.dtype == np.dtype(ml_type):  # through the bits: torch reads no ml_dtypes array
+            return torch.from_numpy(array.view(f"uint{8 * array.itemsize}")).view(dtype)
+    return torch.from_numpy(array)
+
+
+def _to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype in _BITS:
+        bits, ml_type = _BITS[tensor.dtype]
+        return tensor.view(bits).numpy().view(ml_type)
+    return tensor.numpy()
+
+
 def _dtype(node: Node, val: Any) -> str:
     try:
         return DTYPES[val.dtype]
@@ -212,11 +248,7 @@ class _Converter:
         tensor = self.program.state_dict.get(target, self.program.constants.get(target))
         if not isinstance(tensor, torch.Tensor) or tensor.is_meta:
             return None
-        tensor = tensor.detach().cpu()
-        if tensor.dtype in _BITS:
-            bits, ml_type = _BITS[tensor.dtype]
-            return tensor.view(bits).numpy().view(ml_type)
-        return tensor.numpy()
+        return _to_numpy(tensor)
 
     def _call(self, node: Node) -> None:
         val = node.meta.get("val")
@@ -319,10 +351,30 @@ class _Converter:
             raise GraphError(f"<torch>: op '{node.name}' ({kind}): torch.export recorded no shape for its result")
         if isinstance(val, torch.Tensor):
             shape, dtype = self.out(node)
-            return self.b.custom(self.name(node), kind, inputs, shape, dtype)
+            name = self.b.custom(self.name(node), kind, inputs, shape, dtype)
+            self.b.hooks[name] = self._hook(node, inputs, None)
+            return name
         names = self.results(node)
-        return {i: self.b.custom(n, kind, inputs, _shape(node, val[i]), _dtype(node, val[i]))
+        made = {i: self.b.custom(n, kind, inputs, _shape(node, val[i]), _dtype(node, val[i]))
                 for i, n in names.items()}
+        for i, name in made.items():
+            self.b.hooks[name] = self._hook(node, inputs, i)
+        return made
+
+    def _hook(self, node: Node, inputs: list[str], index: int | None) -> Callable[..., np.ndarray]:
+        """The semantics of a custom node: its ATen op itself, run on the values of the
+        graph tensors ``inputs`` (in that order) with the node's other arguments."""
+        position = {name: k for k, name in enumerate(inputs)}
+
+        def place(arg: Any) -> Any:  # an operand's position among the hook's arrays, or the argument itself
+            if isinstance(arg, Node) and arg in self.env:
+                return _Operand(position[self.tensor(arg)])
+            if isinstance(arg, (list, tuple)):
+                return type(arg)(place(a) for a in arg)
+            return arg
+
+        args, kwargs = place(list(node.args)), {k: place(v) for k, v in node.kwargs.items()}
+        return functools.partial(_run_aten, node.target, args, kwargs, index)
 
     # ---------------------------------------------------------------- emitting
 
