@@ -465,3 +465,15 @@ def test_a_custom_op_runs_through_its_importers_hook_or_stands_in_as_data(tmp_pa
     assert cli.main([str(path), "--run"]) == 0
     out = capsys.readouterr().out
     assert "without semantics, whose results were drawn at random" in out and "NO" not in out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_group_norm_maps_and_matches_torch(dtype):
+    module = nn.GroupNorm(2, 6).to(dtype)
+    with torch.no_grad():
+        module.weight.normal_()
+        module.bias.normal_()
+    x = randn(3, 6, 4, 5).to(dtype)
+    _, result, graph, got = import_and_run(module, (x,))
+    assert not result.summary.custom, result.summary.text("import")
+    compare(graph.outputs[0], got[graph.outputs[0]], module(x))

@@ -33,7 +33,7 @@ from torch.fx import Node
 from ..errors import GraphError
 from ..graph import Graph
 from ..ops import broadcast_shapes
-from . import GraphBuilder, ImportResult, Unmappable, batch_norm, report, sanitize
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
 
 DTYPES = {
     torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
@@ -957,3 +957,13 @@ def _as_strided(cx: _Converter, node: Node) -> str:
 def _row_major(size: list[int], stride: list[int]) -> bool:
     """Whether ``stride`` is the row-major layout of ``size`` (size-1 dims take any stride)."""
     return all(n == 1 or s == math.prod(size[k + 1:]) for k, (n, s) in enumerate(zip(size, stride)))
+
+
+@_register("aten.native_group_norm.default")
+def _group_norm(cx: _Converter, node: Node) -> dict[int, str]:
+    x, weight, bias, _, _, _, groups, eps = node.args
+    names = cx.results(node)
+    if set(names) != {0}:
+        raise Unmappable("the mean and rstd results of native_group_norm are used")
+    optional = [cx.tensor(t) if t is not None else None for t in (weight, bias)]
+    return {0: group_norm(cx.b, names[0], cx.tensor(x), *optional, groups, eps)}
