@@ -35,6 +35,10 @@ DTYPES = {
     TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
     TensorProto.DOUBLE: "float64", TensorProto.INT8: "int8", TensorProto.INT32: "int32",
     TensorProto.INT64: "int64", TensorProto.BOOL: "bool",
+    # format 1.1
+    TensorProto.UINT8: "uint8", TensorProto.INT16: "int16", TensorProto.UINT16: "uint16",
+    TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64", TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
+    TensorProto.FLOAT8E5M2: "float8_e5m2",
 }
 
 # Known values up to this many elements are folded at import time; larger results are computed by the graph.
@@ -316,7 +320,9 @@ class _Converter:
         if node.op_type in _STATIC:
             values = _STATIC[node.op_type](self, node)
         elif node.op_type == "CastLike" and self._known_cast_like(node):
-            values = [cast_array(self.env[node.input[0]].value, DTYPES[self.types[node.input[1]][1]])]
+            value, dtype = self.env[node.input[0]].value, DTYPES[self.types[node.input[1]][1]]
+            bound = _saturation(node, dtype)
+            values = [cast_array(value if bound is None else np.clip(value, -bound, bound), dtype)]
         else:
             inputs = [i for i in node.input if i]
             known = [self.env.get(i) for i in inputs]
@@ -632,9 +638,25 @@ def _clip(cx: _Converter, node: onnx.NodeProto) -> str:
     return cx.emit(node, "clamp", [cx.tensor(node.input[0])], {k: v for k, v in bounds.items() if v is not None})
 
 
+# The largest finite value of each 8-bit float (ml_dtypes' finfo): where ONNX's Cast saturates.
+_FLOAT8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+
+
+def _saturation(node: onnx.NodeProto, dtype: str) -> float | None:
+    """The bound a Cast to an 8-bit float clamps to: ONNX's ``saturate`` (default 1)
+    takes infinities and out-of-range values to the largest finite value, where the
+    format's cast (ml_dtypes) gives NaN or inf."""
+    return _FLOAT8_MAX[dtype] if dtype in _FLOAT8_MAX and _attr(node, "saturate", 1) else None
+
+
 @_register("Cast", "CastLike")
 def _cast(cx: _Converter, node: onnx.NodeProto) -> str:
-    return cx.emit(node, "cast", [cx.tensor(node.input[0])], {"dtype": cx.dtype(node.output[0])})
+    x = cx.tensor(node.input[0])
+    dtype = cx.dtype(node.output[0])
+    bound = _saturation(node, dtype)
+    if bound is not None and cx.b.type(x).dtype in ("float16", "bfloat16", "float32", "float64"):
+        x = cx.helper(node, "saturated", "clamp", [x], {"min": -bound, "max": bound})
+    return cx.emit(node, "cast", [x], {"dtype": dtype})
 
 
 # ---------------------------------------------------------------- reductions
