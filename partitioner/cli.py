@@ -164,6 +164,7 @@ def _run(args: argparse.Namespace) -> int:
             rows = backend.resources(backend.build(rendered))
             data["kernels"] = rows
             text.append(resource_table(rows, width))
+            text.append(f"compiled  {len(rows)} kernel(s){_no_kernel_summary(rendered.skipped)}\n")
     if args.run:
         options = {"emulate": True} if args.emulate else {}
         checks = run_and_check(plan, load_backend(args.backend, **options), args.seed)

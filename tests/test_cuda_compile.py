@@ -172,12 +172,36 @@ def test_kernels_carry_the_budgets_the_plan_priced_them_with():
     assert {k.estimate.ops_limit for k in kernels} == {8} and plan.to_dict()["max_ops"] == 8
 
 
+CUSTOM = {"inputs": [{"name": "x", "shape": [4, 8]}, {"name": "table", "shape": [6, 8]}], "outputs": ["y"],
+          "ops": [{"name": "e", "op": "exp", "inputs": ["x"]},
+                  {"name": "k", "op": "custom", "inputs": ["e"], "attrs": {"kind": "topk"}, "shape": [4],
+                   "dtype": "int64"},
+                  {"name": "rows", "op": "gather", "inputs": ["table", "k"]},
+                  {"name": "y", "op": "add", "inputs": ["rows", "e"]}]}
+
+
 def test_cli_emit_says_why_groups_get_no_kernel(tmp_path, capsys):
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(CUSTOM))
+    assert cli.main([str(custom), "--strategy", "none", "--emit", "cuda", "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "emitted   3 kernel(s) and a manifest" in out
+    assert "; no kernel for 1 group(s) with a custom op (no semantics: not run)" in out
     graph = str(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
     assert cli.main([graph, "--strategy", "greedy", "--emit", "cuda", "--out", str(tmp_path / "k")]) == 0
     out = capsys.readouterr().out
-    assert "no kernel for" in out and "with a custom op (no semantics: not run)" in out
+    assert "no kernel for" in out and "of views only (free)" in out
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     first = manifest["kernels"][0]
     assert first["compile"] == f"nvcc -arch=sm_90 -cubin -O3 -std=c++17 -Xptxas -v -I . {first['file']} " \
                                f"-o {first['file'][:-3]}.cubin"
+
+
+@needs_nvcc
+def test_cli_compile_counts_the_groups_it_compiles_no_kernel_for(tmp_path, capsys):
+    """--compile once left custom groups out of its table without a word."""
+    custom = tmp_path / "custom.json"
+    custom.write_text(json.dumps(CUSTOM))
+    assert cli.main([str(custom), "--strategy", "none", "--compile"]) == 0
+    out = capsys.readouterr().out
+    assert "compiled  3 kernel(s); no kernel for 1 group(s) with a custom op (no semantics: not run)" in out
