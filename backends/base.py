@@ -65,6 +65,11 @@ class Backend(ABC):
         """Execute the plan on ``storages``; the storages it writes, by name (every
         graph output's at least)."""
 
+    def preflight(self, compile: bool = False, run: bool = False) -> None:
+        """Raise :class:`BackendError` now when this machine cannot compile or run
+        what this backend makes (a missing compiler, no GPU): before a plan that may
+        take minutes, not after it. Nothing to check by default."""
+
     def emit(self, rendered: Any, directory: str | Path) -> Emitted:
         """Write the rendered code into ``directory``.
 

@@ -126,6 +126,11 @@ def _run(args: argparse.Namespace) -> int:
     args.strategy = args.strategy or "ilp"
     if args.draw:
         check_can_draw(args.draw)  # before planning: a missing dot should not cost a solve
+    runner = load_backend(args.backend, **({"emulate": True} if args.emulate else {})) if args.run else None
+    if runner is not None:
+        runner.preflight(run=True)  # likewise a missing compiler or GPU
+    if args.compile:
+        load_backend("cuda", arch=args.arch).preflight(compile=True)
     graph = load_graph(args.graph)
     hw = load_hardware(args.hardware)
     progress = _progress_printer()
@@ -165,9 +170,8 @@ def _run(args: argparse.Namespace) -> int:
             data["kernels"] = rows
             text.append(resource_table(rows, width))
             text.append(f"compiled  {len(rows)} kernel(s){_no_kernel_summary(rendered.skipped)}\n")
-    if args.run:
-        options = {"emulate": True} if args.emulate else {}
-        checks = run_and_check(plan, load_backend(args.backend, **options), args.seed)
+    if runner is not None:
+        checks = run_and_check(plan, runner, args.seed)
         data["run"] = [vars(c) for c in checks]
         where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
         data["run_inputs"] = provenance(graph)

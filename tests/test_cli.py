@@ -218,3 +218,19 @@ def test_compare_benchmark_checks_what_it_needs_before_planning(args, hide, mess
             "runpy.run_path('benchmarks/compare.py', run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_a_run_this_machine_cannot_do_is_refused_before_planning(capsys, monkeypatch):
+    """--run --backend cuda without a GPU once planned first and failed after."""
+    from backends.cuda.run import gpu_available
+
+    if gpu_available()[0]:
+        pytest.skip("this machine has a usable GPU")
+    monkeypatch.setattr(cli, "partition", lambda *a, **k: pytest.fail("planned before checking the GPU"))
+    assert cli.main([GRAPH, "--run", "--backend", "cuda"]) == 2
+    assert "cannot run on a GPU" in _one_line(capsys)
+    monkeypatch.setattr("shutil.which", lambda name: None)  # no nvcc, no g++
+    assert cli.main([GRAPH, "--compile"]) == 2
+    assert "nvcc is not on the PATH" in _one_line(capsys)
+    assert cli.main([GRAPH, "--run", "--backend", "cuda", "--emulate"]) == 2
+    assert "g++ is not on the PATH" in _one_line(capsys)

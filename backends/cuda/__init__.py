@@ -10,9 +10,10 @@ import numpy as np
 from partitioner.plan import Plan
 
 from ..base import Backend, BackendError, Emitted
-from .compile import DEFAULT_ARCH, Compiled, compile_kernels
+from .compile import DEFAULT_ARCH, Compiled, compile_kernels, require_nvcc
 from .emit import write
 from .emulate import build as build_emulated
+from .emulate import require_compiler
 from .emulate import run as run_emulated
 from .render import Rendered, render
 from .report import resource_rows
@@ -34,6 +35,17 @@ class CudaBackend(Backend):
 
     def __init__(self, emulate: bool = False, arch: str = DEFAULT_ARCH):
         self.emulate, self.arch = emulate, arch
+
+    def preflight(self, compile: bool = False, run: bool = False) -> None:
+        """g++ to run on the emulator; nvcc to compile, and a GPU with PyCUDA to run on one."""
+        if run and self.emulate:
+            require_compiler()
+        if compile or run and not self.emulate:
+            require_nvcc()
+        if run and not self.emulate:
+            from .run import require_gpu  # imports PyCUDA, an optional extra
+
+            require_gpu()
 
     def render(self, plan: Plan) -> Rendered:
         return render(plan)

@@ -59,6 +59,12 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+def require_nvcc() -> None:
+    """Raise :class:`CompileError` when nvcc is not installed."""
+    if nvcc() is None:
+        raise CompileError("nvcc is not on the PATH; install the CUDA toolkit to compile kernels")
+
+
 @lru_cache(maxsize=1)
 def nvcc_version() -> str:
     out = subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
@@ -136,8 +142,7 @@ def compile_kernels(kernels: list[Kernel], arch: str = DEFAULT_ARCH) -> Compiled
     CompileError
         nvcc is not installed or fails (the full log is kept in the cache).
     """
-    if nvcc() is None:
-        raise CompileError("nvcc is not on the PATH; install the CUDA toolkit to compile kernels")
+    require_nvcc()
     source = bundle(kernels)
     header = runtime_header()
     key = hashlib.sha256("\0".join([source, header, arch, " ".join(NVCC_FLAGS), nvcc_version()]).encode()).hexdigest()

@@ -41,6 +41,12 @@ def compiler() -> str | None:
     return shutil.which("g++")
 
 
+def require_compiler() -> None:
+    """Raise :class:`EmulatorError` when g++ is not installed."""
+    if compiler() is None:
+        raise EmulatorError("g++ is not on the PATH; the emulator needs a C++17 compiler")
+
+
 def _files(rendered: Rendered) -> dict[str, str]:
     """Storage -> file stem (storage names may hold characters a file name cannot)."""
     names: dict[str, str] = {}
@@ -82,8 +88,7 @@ def program(rendered: Rendered) -> str:
 
 def build(rendered: Rendered) -> Path:
     """Compile the host program of ``rendered`` (cached by content hash); its path."""
-    if compiler() is None:
-        raise EmulatorError("g++ is not on the PATH; the emulator needs a C++17 compiler")
+    require_compiler()
     source = program(rendered)
     header = resources.files(EMULATOR_PACKAGE).joinpath(EMULATOR_HEADER).read_text()
     key = hashlib.sha256("\0".join([source, runtime_header(), header, " ".join(CXX_FLAGS)]).encode()).hexdigest()

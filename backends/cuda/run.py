@@ -33,13 +33,18 @@ def gpu_available() -> tuple[bool, str]:
         return False, f"the CUDA driver is unusable: {exc}"
 
 
+def require_gpu() -> None:
+    """Raise :class:`BackendError` unless a GPU can run kernels here."""
+    ok, reason = gpu_available()
+    if not ok:
+        raise BackendError(f"cannot run on a GPU: {reason}; use --emulate to run the kernels on the CPU")
+
+
 class GpuPlan:
     """A compiled plan loaded on the GPU, with device buffers for every storage."""
 
     def __init__(self, rendered: Rendered, compiled: Compiled):
-        ok, reason = gpu_available()
-        if not ok:
-            raise BackendError(f"cannot run on a GPU: {reason}; use --emulate to run the kernels on the CPU")
+        require_gpu()
         import pycuda.driver as cuda
 
         self.cuda = cuda
