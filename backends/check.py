@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.dtypes import numpy_dtype
+from partitioner.dtypes import compute_dtype, itemsize, numpy_dtype
 from partitioner.graph import Graph
 from partitioner.plan import Plan
 from partitioner.reference import input_values, random_values, run_reference
@@ -133,6 +133,11 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     """
     g = plan.graph
     customs = [op.name for op in g.ops.values() if op.kind == "custom"]
+    need, have = memory_needed(plan), memory_available()
+    if have is not None and need > have:  # the kernel's OOM killer would end the run without a word
+        raise BackendError(f"the check needs about {need / 2**30:,.1f} GiB at its peak (estimated from the live "
+                           f"values of the plan's groups), more than the {have / 2**30:,.1f} GiB available: run a "
+                           "smaller instance of the graph")
     try:
         inputs = {**input_values(g, seed), **(inputs or {})}
         # a custom op runs in the reference through its hook, or stands in as drawn data;
@@ -142,10 +147,67 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
         fed = {**inputs, **{c: reference[c] for c in customs}}
         storages = {**storage_values(g, fed), **backend.run(backend.build(backend.render(plan)), fed)}
     except MemoryError:
-        need = sum(t.nbytes for t in [*g.inputs.values(), *(op.out for op in g.ops.values())])
-        raise BackendError(f"the graph's tensors ({need / 2**30:,.1f} GiB, every one held for the comparison) "
-                           "do not fit in this machine's memory: run a smaller instance of the graph") from None
+        raise BackendError(f"the check ran out of memory (about {need / 2**30:,.1f} GiB estimated at its peak): "
+                           "run a smaller instance of the graph") from None
     return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
+
+
+def memory_needed(plan: Plan) -> int:
+    """Bytes a check holds at its peak, estimated op by op as the numpy backend runs
+    the plan: the graph inputs, the storages written by earlier groups and read by
+    this or a later one, the group's values still to be read, and each op's result
+    twice in its compute dtype (the result and NumPy's temporary). The reference,
+    which frees values one op at a time, needs no more."""
+    g = plan.graph
+    groups = [p.group for p in plan.cost.groups]
+    last = {}
+    for k, group in enumerate(groups):
+        for base in group.reads:
+            last[base] = k
+    inputs = sum(t.nbytes for t in g.inputs.values())
+    live, peak = 0, 0
+    for k, group in enumerate(groups):
+        readers = {}
+        for position, name in enumerate(group.ops):
+            for tensor in g.ops[name].tensor_inputs:
+                readers[tensor] = position
+        held = 0
+        for position, name in enumerate(group.ops):
+            out = g.ops[name].out
+            if g.ops[name].is_view:
+                continue
+            peak = max(peak, inputs + live + held + _temporary_bytes(g, g.ops[name]))
+            if readers.get(name, -1) > position or name in group.writes:
+                held += out.nbytes
+        live += sum(g.tensor(w).nbytes for w in group.writes)
+        live -= sum(g.tensor(b).nbytes for b in group.reads if last[b] == k and b in g.ops
+                    and b not in g.output_storages)
+    return peak
+
+
+def _temporary_bytes(g: Graph, op) -> int:
+    """What NumPy allocates computing ``op``: its result and one temporary in the
+    compute dtype; for a conv2d also the float32 copy of its input windows (im2col)
+    that the reference's einsum makes."""
+    out = op.out
+    size = 2 * out.numel * max(itemsize(out.dtype), itemsize(compute_dtype(out.dtype)))
+    if op.kind == "conv2d":
+        o, ci, kh, kw = g.tensor(op.inputs[1]).shape
+        size += out.numel // o * op.attrs["groups"] * ci * kh * kw * 4
+    return size
+
+
+def memory_available() -> int | None:
+    """Bytes of memory the system can still give (Linux's ``MemAvailable``), or
+    ``None`` where it does not say."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def _reference(g: Graph, inputs: dict[str, np.ndarray], keep: list[str]) -> dict[str, np.ndarray]:

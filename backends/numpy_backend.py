@@ -23,6 +23,15 @@ class _Values(dict):
         return self.memory[self.graph.storage[tensor]].reshape(self.graph.tensor(tensor).shape)
 
 
+def _last_use_in(group) -> dict[str, int]:
+    """Value -> position (in ``group.ops``) of its last reader inside the group."""
+    last: dict[str, int] = {}
+    for position, name in enumerate(group.ops):
+        for tensor in group.graph.ops[name].tensor_inputs:
+            last[tensor] = position
+    return last
+
+
 class NumpyBackend(Backend):
     """Reference executor of plans (no code to render or build)."""
 
@@ -54,9 +63,13 @@ class NumpyBackend(Backend):
                     raise BackendError(f"op '{custom[0]}' is custom and has no semantics; supply its value to run")
                 continue
             values = _Values(g, memory)
-            for name in group.ops:
+            last = _last_use_in(group)
+            for position, name in enumerate(group.ops):
                 op = g.ops[name]
                 values[name] = values[op.inputs[0]].reshape(op.out.shape) if op.is_view else run_op(g, name, values)
+                for tensor in (*op.tensor_inputs, name):  # an attention group's scores: gigabytes each
+                    if last.get(tensor, -1) <= position and tensor in values and tensor not in group.writes:
+                        del values[tensor]
             for base in group.writes:
                 memory[base] = values[base]
                 if base in g.output_storages:
