@@ -49,10 +49,11 @@ class NumpyBackend(Backend):
         g = built.graph
         memory = dict(storages)
         written = {}
-        last = {}
+        last = {}  # storage -> the last group that touches it (a view it evaluates too)
         for position, priced in enumerate(built.cost.groups):
-            for base in priced.group.reads:
-                last[base] = position
+            for name in priced.group.ops:
+                for tensor in g.ops[name].tensor_inputs:
+                    last[g.storage[tensor]] = position
         for position, priced in enumerate(built.cost.groups):
             group = priced.group
             if group.kind == "view":
@@ -63,18 +64,18 @@ class NumpyBackend(Backend):
                     raise BackendError(f"op '{custom[0]}' is custom and has no semantics; supply its value to run")
                 continue
             values = _Values(g, memory)
-            last = _last_use_in(group)
-            for position, name in enumerate(group.ops):
+            inside = _last_use_in(group)
+            for step, name in enumerate(group.ops):
                 op = g.ops[name]
                 values[name] = values[op.inputs[0]].reshape(op.out.shape) if op.is_view else run_op(g, name, values)
                 for tensor in (*op.tensor_inputs, name):  # an attention group's scores: gigabytes each
-                    if last.get(tensor, -1) <= position and tensor in values and tensor not in group.writes:
+                    if inside.get(tensor, -1) <= step and tensor in values and tensor not in group.writes:
                         del values[tensor]
             for base in group.writes:
                 memory[base] = values[base]
                 if base in g.output_storages:
                     written[base] = memory[base]
-            for base in group.reads:
-                if last[base] == position and base not in g.output_storages:
-                    del memory[base]
+            for base in {g.storage[t] for name in group.ops for t in g.ops[name].tensor_inputs}:
+                if last[base] == position and base not in g.output_storages:  # no later group reads it
+                    memory.pop(base, None)
         return written

@@ -97,6 +97,52 @@ template <class T> PART_DEV T part_wrap_add(T a, T b) { return (T)((uint64_t)a +
 template <class T> PART_DEV T part_wrap_sub(T a, T b) { return (T)((uint64_t)a - (uint64_t)b); }
 template <class T> PART_DEV T part_wrap_mul(T a, T b) { return (T)((uint64_t)a * (uint64_t)b); }
 
+// ---- floor division and remainder as NumPy computes them. Integers: x // 0 and x % 0
+// are 0, a division by -1 negates with wrap-around (INT_MIN // -1 is INT_MIN; in C++ it
+// overflows, and traps on x86-64), and the quotient rounds toward -inf, the remainder
+// taking the divisor's sign.
+template <class T> PART_DEV T part_floor_divide(T a, T b) {
+  if (b == 0) return 0;
+  if (b == -1) return part_wrap_sub((T)0, a);
+  const T q = (T)(a / b);
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
+template <class T> PART_DEV T part_remainder(T a, T b) {
+  if (b == 0 || b == -1) return 0;
+  const T r = (T)(a % b);
+  return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+}
+// Floats: NumPy's npy_divmod step for step (fmod, then the quotient snapped to an
+// integer), so signs of zero, inf and NaN come out as NumPy's; b == 0 gives a / b and
+// fmod's NaN. None of these operations is a multiply-add nvcc could contract.
+PART_DEV float part_fmod(float a, float b) { return fmodf(a, b); }
+PART_DEV double part_fmod(double a, double b) { return fmod(a, b); }
+PART_DEV float part_floor(float x) { return floorf(x); }
+PART_DEV double part_floor(double x) { return floor(x); }
+PART_DEV float part_copysign(float x, float s) { return copysignf(x, s); }
+PART_DEV double part_copysign(double x, double s) { return copysign(x, s); }
+template <class F> PART_DEV F part_divmod(F a, F b, F& mod) {
+  mod = part_fmod(a, b);
+  if (b == 0) return a / b;
+  F div = (a - mod) / b;
+  if (mod != 0) {  // NaN too, as NumPy's `if (mod)`
+    if ((b < 0) != (mod < 0)) {
+      mod += b;
+      div -= (F)1;
+    }
+  } else {
+    mod = part_copysign((F)0, b);
+  }
+  if (div == 0) return part_copysign((F)0, a / b);
+  F floordiv = part_floor(div);
+  if (div - floordiv > (F)0.5) floordiv += (F)1;
+  return floordiv;
+}
+PART_DEV float part_floor_divide(float a, float b) { float mod; return part_divmod(a, b, mod); }
+PART_DEV double part_floor_divide(double a, double b) { double mod; return part_divmod(a, b, mod); }
+PART_DEV float part_remainder(float a, float b) { float mod; part_divmod(a, b, mod); return mod; }
+PART_DEV double part_remainder(double a, double b) { double mod; part_divmod(a, b, mod); return mod; }
+
 // ---- fixed-width vectors for 16-byte loads and stores
 template <class T, int N> struct __align__(sizeof(T) * N) part_vec { T v[N]; };
 

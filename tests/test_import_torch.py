@@ -163,7 +163,7 @@ def compare(name, got: np.ndarray, want: torch.Tensor):
 def import_and_run(module, inputs):
     """Import ``module``; run the graph, which keeps the module's weights, on its inputs."""
     module = module.eval()
-    program = torch.export.export(module, inputs).run_decompositions()
+    program = torch_importer.lower(torch.export.export(module, inputs))  # the ops convert reads
     result = torch_importer.convert(program, type(module).__name__)
     graph = result.load()  # it keeps the weights, buffers and constants: only the inputs are fed
     feeds = {f"input_{i}": t for i, t in enumerate(inputs)}
@@ -477,3 +477,53 @@ def test_group_norm_maps_and_matches_torch(dtype):
     _, result, graph, got = import_and_run(module, (x,))
     assert not result.summary.custom, result.summary.text("import")
     compare(graph.outputs[0], got[graph.outputs[0]], module(x))
+
+
+class Attentions(nn.Module):
+    """scaled_dot_product_attention as models call it: plain, a boolean mask with a row
+    that keeps no key, a float mask, causal with its own scale (more keys than queries),
+    grouped-query heads, and without a heads dim."""
+
+    def forward(self, q, k, v, keep, bias, k_grouped, v_grouped):
+        attend = nn.functional.scaled_dot_product_attention
+        return (attend(q, k, v), attend(q, k, v, attn_mask=keep), attend(q, k, v, attn_mask=bias),
+                attend(q, k, v, is_causal=True, scale=0.3),
+                attend(q, k_grouped, v_grouped, attn_mask=keep, enable_gqa=True), attend(q[0], k[0], v[0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_scaled_dot_product_attention_maps_and_matches_torch(dtype):
+    keep = torch.rand(5, 7, generator=torch.Generator().manual_seed(1)) > 0.4
+    keep[1] = False  # eager PyTorch gives this row zeros (_safe_softmax), not NaN
+    inputs = (randn(2, 4, 5, 8, dtype=dtype), randn(2, 4, 7, 8, dtype=dtype) * 0.5, randn(2, 4, 7, 6, dtype=dtype),
+              keep, randn(2, 1, 5, 7, dtype=dtype), randn(2, 2, 7, 8, dtype=dtype), randn(2, 2, 7, 6, dtype=dtype))
+    _, result, graph, got = import_and_run(Attentions(), inputs)
+    assert not result.summary.custom, result.summary.text("attention")
+    for name, want in zip(graph.outputs, Attentions()(*inputs)):
+        compare(name, got[name], want)
+    assert not got[graph.outputs[1]][:, :, 1].any()
+
+
+def test_attention_dropout_stays_custom():
+    class Dropped(nn.Module):
+        def forward(self, q):
+            return nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+
+    result = torch_importer.convert(torch.export.export(Dropped(), (randn(1, 2, 3, 4),)), "dropped")
+    assert result.summary.custom == {"aten.scaled_dot_product_attention.default": 1}
+    assert "dropout" in result.summary.reasons["aten.scaled_dot_product_attention.default"]
+
+
+def test_a_filled_tensor_shared_by_two_ops_is_a_literal_only_where_it_broadcasts_away():
+    """The second ``where`` finds the shared zeros already a tensor: still not a literal
+    there, as its shape [1, 2, 3] is needed for the result's."""
+    class SharedFill(nn.Module):
+        def forward(self, m, n):
+            zeros = torch.zeros(1, 2, 3)
+            return torch.where(m, zeros, -1.0), torch.where(n, zeros, -2.0)
+
+    m = torch.tensor([[[True, False, True]], [[False, False, True]]])
+    _, result, graph, got = import_and_run(SharedFill(), (m, ~m))
+    assert not result.summary.custom, result.summary.text("shared")
+    for name, want in zip(graph.outputs, SharedFill()(m, ~m)):
+        compare(name, got[name], want)

@@ -2,9 +2,11 @@
 
 A fused kernel never buffers a pointwise intermediate: it computes the value a
 store needs at that store's index, walking back through the group's ops with
-index arithmetic (broadcasting, transpose, reshape, slice, concat, pad). The
-:class:`Emitter` does this walk and writes the statements; each op's arithmetic
-comes from the ``op_expr`` macro of ``templates/_expr.j2``.
+index arithmetic (broadcasting, transpose, reshape, slice, concat, pad). A
+pooling op is a loop over its window that computes its input at every tap, and
+``arange`` is a function of the index. The :class:`Emitter` does this walk and
+writes the statements; each elementwise op's arithmetic comes from the
+``op_expr`` macro of ``templates/_expr.j2``.
 
 Numerics follow the NumPy reference exactly: every op computes in its compute
 dtype (float32 for half types) and rounds its result to its own dtype right
@@ -18,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.dtypes import FLOATS, HALFS, cast_array, compute_dtype, promote
+from partitioner import pooling
+from partitioner.dtypes import FLOATS, HALFS, INTEGERS, cast_array, compute_dtype, numpy_dtype, promote
 from partitioner.graph import Graph, Op
 from partitioner.ops import TensorType, normalize_axis, slice_params, transpose_perm
 
@@ -263,14 +266,19 @@ class Emitter:
             src = self.graph.tensor(op.inputs[0])
             var = self.declare(op.out.dtype, convert(self.value(op.inputs[0], idx), src.dtype, op.out.dtype))
             return var
-        if cls == "elementwise":
+        if op.kind == "arange":
+            var = self._arange(op, idx)
+        elif cls == "elementwise":
             return self._elementwise(op, idx)
-        if cls in ("injective", "broadcast"):
+        elif cls == "window":
+            var = self._window(op, idx)
+        elif cls in ("injective", "broadcast"):
             var = self._layout(op, idx)
-            if op.out.dtype != op.promoted:  # a stated dtype converts the moved value
-                var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
-            return var
-        raise ValueError(f"{op.kind} '{op.name}' cannot be computed at an index inside this kernel")
+        else:
+            raise ValueError(f"{op.kind} '{op.name}' cannot be computed at an index inside this kernel")
+        if op.out.dtype != op.promoted:  # a stated dtype converts the result
+            var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
+        return var
 
     def _elementwise(self, op: Op, idx: Index) -> str:
         types = [self.graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
@@ -295,6 +303,74 @@ class Emitter:
         if op.out.dtype != op.promoted:
             var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
         return var
+
+    def _arange(self, op: Op, idx: Index) -> str:
+        """``arange`` at its one index ``i``, as the reference computes it: ``start + i *
+        delta`` in int64 for an integer dtype, in float64 otherwise, converted once.
+        ``__dmul_rn``/``__dadd_rn`` keep nvcc from contracting the two into one FMA,
+        which would round once where NumPy rounds twice."""
+        (i,) = idx
+        start, delta = op.attrs["start"], op.attrs["delta"]
+        if op.promoted in INTEGERS:
+            wide = "int64"
+            expr = f"part_wrap_add({literal(start, wide)}, part_wrap_mul((int64_t)({i}), {literal(delta, wide)}))"
+        else:
+            wide = "float64"
+            expr = f"__dadd_rn({literal(start, wide)}, __dmul_rn((double)({i}), {literal(delta, wide)}))"
+        return self.declare(op.promoted, convert(expr, wide, op.promoted))
+
+    def _window(self, op: Op, idx: Index) -> str:
+        """``max_pool2d``/``avg_pool2d`` at output index ``idx`` = (n, c, oh, ow).
+
+        A loop over the window of ``pooling.geometry`` computes the input at every tap
+        inside the input (its producers are recomputed per tap, never buffered) and
+        combines in the compute dtype, rounding once: the NaN-propagating maximum,
+        starting from the lowest value (what a window of padding only gives), or the
+        sum divided by the taps inside the input, or inside the padded input with
+        ``count_include_pad``; each count is that of ``Axis.taps``/``padded_count``.
+        """
+        x = op.inputs[0]
+        t = self.graph.tensor(x)
+        rows, cols = pooling.geometry(t.shape, op.attrs)
+        cdtype = compute_dtype(op.promoted)
+        n, c, oh, ow = idx
+        is_max = op.kind == "max_pool2d"
+        lowest = -math.inf if cdtype in FLOATS else int(np.iinfo(numpy_dtype(cdtype)).min)
+        acc = self.fresh("acc")
+        self.emit(f"{REGISTER[cdtype]} {acc} = {literal(lowest if is_max else 0, cdtype)};")
+        taps = []
+        for axis, o in ((rows, oh), (cols, ow)):
+            tap = self.fresh("tap")
+            # kept a loop: unrolled inside a pointwise kernel's unrolled vector loop, ptxas
+            # moved the vector to local memory (spills)
+            self.emit("#pragma unroll 1")
+            self.open(f"for (int {tap} = 0; {tap} < {axis.kernel}; ++{tap})")
+            position = self.index_var(_tap_position(axis, o, tap))
+            self.emit(f"if ({position} < 0 || {position} >= {axis.size}) continue;")
+            taps.append(position)
+        value = convert(self.value(x, (n, c, *taps)), t.dtype, cdtype)
+        self.emit(f"{acc} = part_max({acc}, {value});" if is_max else f"{acc} += {value};")
+        self.close()
+        self.close()
+        if is_max:
+            return self.declare(op.promoted, convert(acc, cdtype, op.promoted))
+        if op.attrs["count_include_pad"]:
+            counts = [self._tap_count(a, o, -a.begin, a.size + a.end) for a, o in ((rows, oh), (cols, ow))]
+        else:
+            counts = [self._tap_count(a, o, 0, a.size) for a, o in ((rows, oh), (cols, ow))]
+        mean = f"({acc} / ({REGISTER[cdtype]})({counts[0]} * {counts[1]}))"  # no tap: 0 / 0 = NaN
+        return self.declare(op.promoted, convert(mean, cdtype, op.promoted))
+
+    def _tap_count(self, axis: pooling.Axis, o: str, low: int, high: int) -> str:
+        """A variable holding how many taps of output ``o``'s window along ``axis`` lie in
+        ``[low, high)``."""
+        count, tap = self.fresh("taps"), self.fresh("tap")
+        self.emit(f"int {count} = 0;")
+        self.open(f"for (int {tap} = 0; {tap} < {axis.kernel}; ++{tap})")
+        position = self.index_var(_tap_position(axis, o, tap))
+        self.emit(f"{count} += {position} >= {low} && {position} < {high};")
+        self.close()
+        return count
 
     def _layout(self, op: Op, idx: Index) -> str:
         g = self.graph
@@ -378,6 +454,12 @@ class Emitter:
         """Store ``tensor`` at ``idx`` into ``pointer`` (its storage type)."""
         t = self.graph.tensor(tensor)
         self.emit(f"{pointer}[{linear(t.shape, idx)}] = {to_storage(self.value(tensor, idx), t.dtype)};")
+
+
+def _tap_position(axis: pooling.Axis, o: str, tap: str) -> str:
+    """Input coordinate of tap ``tap`` of output ``o``'s window: ``Axis.start(o)`` plus
+    ``tap`` dilations (may lie in the padding)."""
+    return f"{o} * {axis.stride} - {axis.begin} + {tap} * {axis.dilation}"
 
 
 def to_storage(expr: str, dtype: str) -> str:

@@ -1,8 +1,8 @@
 """Render every fusion group of a plan into one CUDA kernel from the Jinja2 templates.
 
 One template per group kind (``templates/``): ``pointwise.cu.j2``,
-``row_reduction.cu.j2``, ``contraction.cu.j2``, ``attention.cu.j2`` and
-``single_op.cu.j2`` (gather);
+``row_reduction.cu.j2``, ``contraction.cu.j2``, ``attention.cu.j2``, and for
+single ops ``single_op.cu.j2`` (gather) and ``scan.cu.j2`` (cumsum);
 ``kernels/`` builds each one's context. Views need no kernel, a group that writes
 nothing (dead code) needs none either, and custom ops have no semantics: those
 groups are listed as not rendered. Rendering is deterministic: the same plan gives

@@ -1,7 +1,7 @@
 """torch.export programs -> graph format v1 (the ``torch`` extra).
 
-The program is lowered to core ATen (``run_decompositions()``) and walked node by
-node. Every op states PyTorch's own shape and dtype (``node.meta["val"]``), so the
+The program is lowered to core ATen (:func:`lower`) and walked node by node.
+Every op states PyTorch's own shape and dtype (``node.meta["val"]``), so the
 loader checks the format's inference against PyTorch's; an op the format cannot
 express faithfully becomes ``custom`` with its ATen name as ``kind``. Only
 ``meta["val"]`` is read of an op, so programs exported from models on the
@@ -32,7 +32,7 @@ from torch.fx import Node
 
 from ..errors import GraphError
 from ..graph import Graph
-from ..ops import broadcast_shapes
+from ..ops import TensorType, broadcast_shapes
 from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
 
 DTYPES = {
@@ -114,9 +114,41 @@ def convert(program: ExportedProgram, name: str = "graph", source: str | None = 
     >>> [op["op"] for op in result.graph["ops"]], result.summary.custom
     (['transpose', 'matmul', 'add'], Counter())
     """
+    return _Converter(lower(program), name, source or SOURCE).run()
+
+
+def lower(program: ExportedProgram) -> ExportedProgram:
+    """Lower a program to the core ATen ops that :func:`convert` reads.
+
+    The imported graph's ops carry the lowered program's node names. Core ATen's
+    decompositions all apply but that of ``scaled_dot_product_attention``,
+    which :func:`convert` maps itself: torch's own one gives the attention's result
+    other strides than the export recorded, so that a later ``view`` of the retraced
+    program fails (GPT-2's default attention, torch 2.13).
+
+    Parameters
+    ----------
+    program : torch.export.ExportedProgram
+        From ``torch.export.export`` (or :func:`program_of`).
+
+    Returns
+    -------
+    torch.export.ExportedProgram
+        The lowered program.
+
+    Examples
+    --------
+    >>> class Attend(torch.nn.Module):
+    ...     def forward(self, q):
+    ...         return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    >>> lowered = lower(program_of(Attend(), (torch.randn(1, 2, 3, 4),)))
+    >>> [str(n.target) for n in lowered.graph.nodes if n.op == "call_function"]
+    ['aten.scaled_dot_product_attention.default']
+    """
+    table = torch.export.default_decompositions()
+    del table[torch.ops.aten.scaled_dot_product_attention.default]
     with _quiet():
-        program = program.run_decompositions()
-    return _Converter(program, name, source or SOURCE).run()
+        return program.run_decompositions(table)
 
 
 @contextlib.contextmanager
@@ -323,12 +355,13 @@ class _Converter:
         """A tensor name or a literal: Python scalars, and constants that broadcast
         away in ``node`` (its other tensor operands alone give its shape). A constant
         stays a tensor when no other value operand is a tensor (``where(mask, full,
-        scalar_tensor)``): literals alone would promote to float64, not PyTorch's dtype."""
+        scalar_tensor)``): literals alone would promote to float64, not PyTorch's dtype.
+        The constant itself is no other operand, though an earlier use made it a tensor."""
         if not isinstance(arg, Node):
             return _literal(arg)
         value = self.env.get(arg)
         if isinstance(value, _Const):
-            tensors = [a for a in node.args if isinstance(a, Node) and self._is_tensor(a)]
+            tensors = [a for a in node.args if isinstance(a, Node) and a is not arg and self._is_tensor(a)]
             values = [a for a in tensors if not (node.target is torch.ops.aten.where.self and a is node.args[0])]
             shapes = [self.b.type(self.tensor(a)).shape for a in tensors]
             if values and list(broadcast_shapes(shapes)) == self.out(node)[0]:
@@ -687,6 +720,69 @@ def _softmax(cx: _Converter, node: Node) -> str:
     return cx.emit(node, op, [x], {"axis": node.args[1]})
 
 
+@_register("aten.scaled_dot_product_attention.default")
+def _attention(cx: _Converter, node: Node) -> str:
+    """``softmax(q·kᵀ·scale + bias)·v`` as torch's own decomposition computes it: q and
+    k each scaled by √scale before their product (half-precision products stay in
+    range), a boolean or causal mask as a bias of 0 and -inf, and probabilities of 0 in
+    a row without a live key, as eager PyTorch gives (``_safe_softmax``). The
+    partitioner finds the attention in these ops again."""
+    if _arg(node, 4, "dropout_p", 0.0):
+        raise Unmappable("attention dropout (random)")
+    q, k, v = (cx.tensor(a) for a in node.args[:3])
+    query = cx.b.type(q).shape
+    if node.kwargs.get("enable_gqa"):  # torch requires the heads on dim -3
+        k, v = _repeat_heads(cx, node, k, query[-3], "k"), _repeat_heads(cx, node, v, query[-3], "v")
+    scale = node.kwargs.get("scale")
+    root = math.sqrt(1 / math.sqrt(query[-1]) if scale is None else scale)
+    if root != 1:
+        q, k = cx.helper(node, "q", "mul", [q, root]), cx.helper(node, "k", "mul", [k, root])
+    rank = len(cx.b.type(k).shape)
+    keys = cx.helper(node, "kt", "transpose", [k], {"perm": [*range(rank - 2), rank - 1, rank - 2]})
+    scores = cx.helper(node, "scores", "matmul", [q, keys])
+    bias = _attention_bias(cx, node, cx.b.type(scores))
+    if bias is not None:
+        scores = cx.helper(node, "biased", "add", [scores, bias])
+    probs = cx.helper(node, "probs", "softmax", [scores], {"axis": -1})
+    alive = cx.helper(node, "alive", "ne", [scores, float("-inf")])
+    live = cx.helper(node, "live", "reduce_max", [alive], {"axes": [len(cx.b.type(scores).shape) - 1],
+                                                           "keepdims": True})
+    return cx.emit(node, "matmul", [cx.helper(node, "safe", "where", [live, probs, 0.0]), v])
+
+
+def _repeat_heads(cx: _Converter, node: Node, x: str, heads: int, part: str) -> str:
+    """``x.repeat_interleave(heads // x.shape[-3], -3)`` (grouped-query attention: each
+    key and value head serves that many adjacent query heads), by broadcasting."""
+    shape = list(cx.b.type(x).shape)
+    group = heads // shape[-3]
+    if group == 1:
+        return x
+    spread = cx.helper(node, f"{part}_spread", "reshape", [x], {"shape": [*shape[:-2], 1, *shape[-2:]]})
+    repeated = cx.helper(node, f"{part}_repeat", "broadcast_to", [spread],
+                         {"shape": [*shape[:-2], group, *shape[-2:]]})
+    return cx.helper(node, f"{part}_heads", "reshape", [repeated], {"shape": [*shape[:-3], heads, *shape[-2:]]})
+
+
+def _attention_bias(cx: _Converter, node: Node, scores: TensorType) -> str | None:
+    """The additive bias of the scores: a float mask itself; a boolean mask, or the causal
+    one (key j ≤ query i), as 0 where a key is kept and -inf where it is masked."""
+    mask = _arg(node, 3, "attn_mask")
+    if _arg(node, 5, "is_causal", False):
+        rows, cols = scores.shape[-2:]
+        query = cx.helper(node, "query_pos", "arange", [], {"start": 0, "limit": rows, "dtype": "int64"})
+        key = cx.helper(node, "key_pos", "arange", [], {"start": 0, "limit": cols, "dtype": "int64"})
+        column = cx.helper(node, "query_col", "reshape", [query], {"shape": [rows, 1]})
+        kept = cx.helper(node, "causal", "ge", [column, key])
+    elif mask is None:
+        return None
+    elif cx.b.type(cx.tensor(mask)).dtype != "bool":
+        return cx.tensor(mask)
+    else:
+        kept = cx.tensor(mask)
+    zero = cx.b.add_input(cx.b.fresh(node.name, "zero"), [], scores.dtype, np.zeros(()))
+    return cx.helper(node, "bias", "where", [kept, zero, float("-inf")])
+
+
 @_register("aten.native_layer_norm.default")
 def _layer_norm(cx: _Converter, node: Node) -> dict[int, str]:
     x, normalized, weight, bias, eps = node.args
@@ -852,13 +948,41 @@ def _linear_index(cx: _Converter, node: Node, indices: list[tuple[str, int, int,
     for k, (index, size, stride, wrap) in enumerate(indices):
         if cx.b.type(index).dtype != "int64":
             index = cx.helper(node, f"i{k}", "cast", [index], {"dtype": "int64"})
-        if wrap:
+        if wrap and not _nonnegative(cx, index):
             negative = cx.helper(node, f"neg{k}", "lt", [index, 0])
             index = cx.helper(node, f"wrap{k}", "where",
                               [negative, cx.helper(node, f"up{k}", "add", [index, size]), index])
         term = index if stride == 1 else cx.helper(node, f"term{k}", "mul", [index, stride])
         total = term if total is None else cx.helper(node, f"sum{k}", "add", [total, term])
     return total
+
+
+_VALUE_MOVES = frozenset({"reshape", "broadcast_to", "slice", "transpose", "cast"})
+
+
+def _nonnegative(cx: _Converter, tensor: str) -> bool:
+    """Whether every value of ``tensor`` is known to be >= 0 from how the graph makes
+    it: an ``arange`` whose first and last values are, moved by layout ops or an
+    integer cast, offset or scaled by numbers >= 0 (position tensors, as in every
+    causal mask). Wrapping negative indices is then dead arithmetic."""
+    made = {entry["name"]: entry for entry in cx.b.ops}
+    while tensor in made:
+        entry = made[tensor]
+        if entry["op"] == "cast" and entry["attrs"]["dtype"] not in ("int32", "int64"):
+            return False
+        tensors = [i for i in entry["inputs"] if isinstance(i, str)]
+        shifts = [i for i in entry["inputs"] if not isinstance(i, str)]
+        # an offset or a scale by a number >= 0 (``arange + 0`` as exporters write it) keeps the sign
+        kept = entry["op"] in _VALUE_MOVES or entry["op"] in ("add", "mul") and len(tensors) == 1 and \
+            all(v >= 0 for v in shifts)
+        if not kept:
+            break
+        tensor = tensors[0]
+    entry = made.get(tensor)
+    if entry is None or entry["op"] != "arange":
+        return False
+    attrs, count = entry["attrs"], cx.b.type(tensor).shape[0]
+    return min(attrs["start"], attrs["start"] + max(count - 1, 0) * attrs.get("delta", 1)) >= 0
 
 
 @_register("aten.index.Tensor")

@@ -595,6 +595,10 @@ inline float __uint_as_float(unsigned x) { return emu::detail::bit_cast<float>(x
 inline double __longlong_as_double(long long x) { return emu::detail::bit_cast<double>(x); }
 inline long long __double_as_longlong(double x) { return emu::detail::bit_cast<long long>(x); }
 template <class T> T __ldg(const T* p) { return *p; }
+// Round-to-nearest arithmetic that nvcc never contracts into an FMA: plain operations
+// here (g++ contracts nothing on x86-64 without -mfma).
+inline double __dadd_rn(double x, double y) { return x + y; }
+inline double __dmul_rn(double x, double y) { return x * y; }
 // Fast-math intrinsics: computed at full precision here.
 inline float __expf(float x) { return expf(x); }
 inline float __logf(float x) { return logf(x); }

@@ -1,4 +1,5 @@
-"""Context of ``single_op.cu.j2``: a gather on its own."""
+"""Kernels of groups holding one op that never fuses: a gather (``single_op.cu.j2``)
+or a cumsum (``scan.cu.j2``, built by ``scan.py``). Custom ops get no kernel."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from partitioner.group import Group
 from partitioner.ops import normalize_axis
 
 from ..codegen import REGISTER, convert, to_storage
+from . import scan
 from .common import grid_stride_blocks, index_type, parameters
 
 THREADS = 256
 
 
 def build(group: Group, index: int, hw) -> dict:
+    """The kernel context of a single-op group, by its op's kind."""
+    builder = scan.build if group.compute[0].kind == "cumsum" else _gather
+    return builder(group, index, hw)
+
+
+def _gather(group: Group, index: int, hw) -> dict:
     g = group.graph
     params = parameters(group)
     itype, bits = index_type(group)

@@ -1,0 +1,261 @@
+"""The ops of format 1.1 (arange, floor_divide, remainder, cumsum, max_pool2d,
+avg_pool2d) in CUDA kernels, executed on the CPU emulator and checked against
+NumPy: within tolerance everywhere, and bit for bit (signs of zero included)
+where the reference is exact: integer ops, maximum pools, elementwise chains and
+sequential scans.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from backends.base import load_backend
+from backends.check import output_value, run_and_check
+from backends.cuda.compile import compile_kernels
+from backends.cuda.render import render
+from partitioner import partition
+from partitioner.dtypes import numpy_dtype
+from partitioner.reference import input_values, run_reference
+
+from .conftest import make_graph, op
+
+needs_gpp = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH: no CUDA toolkit")
+
+
+class Recording:
+    """The emulated CUDA backend, keeping the storages its last run returned."""
+
+    def __init__(self):
+        self.backend = load_backend("cuda", emulate=True)
+        self.storages = {}
+
+    def render(self, plan):
+        return self.backend.render(plan)
+
+    def build(self, rendered):
+        return self.backend.build(rendered)
+
+    def run(self, built, storages):
+        self.storages = self.backend.run(built, storages)
+        return self.storages
+
+
+def check(graph, inputs=None, exact=(), strategies=("none", "ilp")):
+    """Emulate each strategy's plan: every output within tolerance, and the outputs
+    named in ``exact`` equal to the reference bit for bit (NaN where it is NaN).
+    Returns the plans."""
+    values = {**input_values(graph), **(inputs or {})}
+    want = run_reference(graph, values)
+    plans = []
+    for strategy in strategies:
+        plan = partition(graph, strategy)
+        recording = Recording()
+        bad = [c for c in run_and_check(plan, recording, inputs=values) if not c.ok]
+        assert not bad, f"{strategy}: {bad}"
+        for name in exact:
+            got = output_value(graph, {**values, **recording.storages}, name)
+            assert_identical(got, want[name], f"{strategy}: {name}")
+        plans.append(plan)
+    return plans
+
+
+def assert_identical(got, want, what):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if got.dtype.kind not in "biu":  # floats, bfloat16 (an ml_dtypes type) included
+        got, want = got.astype(np.float64), want.astype(np.float64)
+        same = (np.isnan(got) & np.isnan(want)) | ((got == want) & (np.signbit(got) == np.signbit(want)))
+    else:
+        same = got == want
+    bad = np.flatnonzero(~same)
+    assert not bad.size, f"{what}: {bad.size} differ, first at {bad[0]}: {got.flat[bad[0]]!r} != {want.flat[bad[0]]!r}"
+
+
+def group_of(plan, name):
+    return next(priced.group for priced in plan.cost.groups if name in priced.group.ops)
+
+
+def pairs(values, dtype):
+    """Every (a, b) of ``values`` in ``dtype`` (too large for it: inf), as two flat arrays."""
+    with np.errstate(over="ignore"):
+        a, b = np.meshgrid(*[np.asarray(values).astype(numpy_dtype(dtype))] * 2)
+    return a.ravel(), b.ravel()
+
+
+# ---------------------------------------------------------------- arange
+
+
+@needs_gpp
+def test_arange_in_pointwise_reduction_and_contraction_groups():
+    ops = [
+        op("ai", "arange", [], start=-3, limit=17, delta=2),  # int64
+        op("ad", "arange", [], start=40, limit=-5, delta=-5, dtype="int32"),
+        op("af", "arange", [], start=0.1, limit=1.1, delta=0.1),  # float64 steps, one rounding to float32
+        op("ah", "arange", [], start=-1, limit=9, delta=1.1, dtype="float16"),
+        op("a64", "arange", [], start=2.5, limit=-1, delta=-0.35, dtype="float64"),
+        op("si", "add", ["i", "ai"]), op("sd", "mul", ["d", "ad"]), op("sf", "mul", ["f", "af"]),
+        op("sh", "add", ["h", "ah"]), op("s64", "sub", ["g", "a64"]),
+        op("ar", "arange", [], start=-2, limit=3, delta=0.5),  # in a reduction group
+        op("rows", "add", ["m", "ar"]), op("red", "reduce_sum", ["rows"], axes=[-1]),
+        op("ae", "arange", [], start=7, limit=-3, delta=-1, dtype="int32"),  # in a contraction epilogue
+        op("mm", "matmul", ["m", "w"]), op("epi", "add", ["mm", "ae"]),
+    ]
+    g = make_graph({"i": ([10], "int64"), "d": ([9], "int32"), "f": ([10], "float32"), "h": ([10], "float16"),
+                    "g": ([10], "float64"), "m": ([3, 10], "float32"), "w": ([10, 10], "float32")},
+                   ops, ["ai", "ad", "af", "ah", "a64", "si", "sd", "sf", "sh", "s64", "red", "epi"])
+    _, ilp = check(g, exact=("ai", "ad", "af", "ah", "a64", "si", "sd", "sf", "sh", "s64"))
+    assert len(group_of(ilp, "af").ops) > 1 and len(group_of(ilp, "ai").ops) > 1  # fused with their consumers
+    assert group_of(ilp, "ar").kind == "reduction" and group_of(ilp, "ae").kind == "contraction"
+
+
+# ---------------------------------------------------------------- floor_divide, remainder
+
+
+@needs_gpp
+def test_integer_floor_divide_and_remainder_by_zero_negatives_and_int_min():
+    inputs, ops = {}, []
+    for dtype in ("int8", "int32", "int64"):
+        info = np.iinfo(dtype)
+        a, b = pairs([0, 1, -1, 2, -2, 7, -7, 3, info.min, info.max, info.min + 1], dtype)
+        inputs[f"a_{dtype}"], inputs[f"b_{dtype}"] = a, b
+        ops += [op(f"q_{dtype}", "floor_divide", [f"a_{dtype}", f"b_{dtype}"]),
+                op(f"r_{dtype}", "remainder", [f"a_{dtype}", f"b_{dtype}"]),
+                op(f"ql_{dtype}", "floor_divide", [f"a_{dtype}", -3]),
+                op(f"rl_{dtype}", "remainder", [5, f"b_{dtype}"])]
+    ops += [op("qf", "floor_divide", ["a_int32", 2.5]), op("rf", "remainder", ["a_int8", -0.75])]  # float32 results
+    g = make_graph({name: ([v.size], name[2:]) for name, v in inputs.items()}, ops, [o["name"] for o in ops])
+    check(g, inputs, exact=[o["name"] for o in ops])
+
+
+@needs_gpp
+def test_float_floor_divide_and_remainder_with_inf_nan_and_signed_zeros():
+    specials = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, -7.0, 0.1, 1e30, -1e-30, np.inf, -np.inf, np.nan]
+    inputs, ops = {}, []
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        a, b = pairs(specials, dtype)
+        inputs[f"a_{dtype}"], inputs[f"b_{dtype}"] = a, b
+        ops += [op(f"q_{dtype}", "floor_divide", [f"a_{dtype}", f"b_{dtype}"]),
+                op(f"r_{dtype}", "remainder", [f"a_{dtype}", f"b_{dtype}"]),
+                # fused after another op: the half chain rounds at every step as the unfused one does
+                op(f"e_{dtype}", "mul", [f"a_{dtype}", 1.7]), op(f"qe_{dtype}", "floor_divide", [f"e_{dtype}", 0.3]),
+                op(f"re_{dtype}", "remainder", [f"e_{dtype}", -0.3])]
+    g = make_graph({name: ([v.size], name[2:]) for name, v in inputs.items()}, ops,
+                   [o["name"] for o in ops if not o["name"].startswith("e_")])
+    check(g, inputs, exact=g.outputs)
+
+
+# ---------------------------------------------------------------- pools
+
+POOLS = {
+    "3x3/2 pad 1": dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    "2x3 ceil, uneven pads": dict(kernel_shape=[2, 3], strides=[2, 2], pads=[0, 1, 1, 0], ceil_mode=True),
+    "dilated 2x2 ceil": dict(kernel_shape=[2, 2], strides=[3, 1], pads=[1, 0, 1, 1], dilations=[2, 3], ceil_mode=True),
+    "windows of padding only": dict(kernel_shape=[2, 2], strides=[1, 2], pads=[3, 0, 0, 3]),
+    "3x3/1 same size": dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+}
+
+
+@needs_gpp
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_pools_of_every_geometry_fused_with_their_producers_and_consumers(dtype):
+    ops, outputs = [], []
+    for k, attrs in enumerate(POOLS.values()):
+        ops += [op(f"r{k}", "relu", ["x"]), op(f"mx{k}", "max_pool2d", [f"r{k}"], **attrs),
+                op(f"mxs{k}", "mul", [f"mx{k}", 2.0]),
+                op(f"n{k}", "neg", ["x"]), op(f"av{k}", "avg_pool2d", [f"n{k}"], **attrs, count_include_pad=False),
+                op(f"avp{k}", "avg_pool2d", ["x"], **attrs, count_include_pad=True),
+                op(f"avs{k}", "add", [f"avp{k}", 1.0])]
+        outputs += [f"mxs{k}", f"av{k}", f"avs{k}"]
+    g = make_graph({"x": ([2, 3, 7, 8], dtype)}, ops, outputs, dtype=dtype)
+    x = np.random.default_rng(5).standard_normal((2, 3, 7, 8)).astype(dtype)
+    x.reshape(-1)[::23] = np.nan  # NaN propagates through the maximum as through NumPy's
+    x.reshape(-1)[5::29] = -np.inf
+    _, ilp = check(g, {"x": x}, exact=[o for o in outputs if o.startswith("mx")])
+    for k in range(len(POOLS)):  # every pool computes its input at each tap, and its consumer after it
+        assert {f"r{k}", f"mx{k}", f"mxs{k}"} <= set(group_of(ilp, f"mx{k}").ops)
+        assert f"n{k}" in group_of(ilp, f"av{k}").ops and f"avs{k}" in group_of(ilp, f"avp{k}").ops
+
+
+@needs_gpp
+def test_integer_and_float64_pools_and_pools_of_layout_ops_and_of_pools():
+    ops = [op("mi", "max_pool2d", ["i"], **POOLS["dilated 2x2 ceil"]),
+           op("mw", "max_pool2d", ["i"], **POOLS["windows of padding only"]),  # the int32 minimum
+           op("ad", "avg_pool2d", ["d"], **POOLS["2x3 ceil, uneven pads"], count_include_pad=True),
+           {**op("ah", "avg_pool2d", ["d"], **POOLS["dilated 2x2 ceil"]), "dtype": "float16"},  # stated dtype
+           op("p", "pad", ["d"], pads=[0, 0, 2, 1, 0, 0, 0, 2], value=-1.5),
+           op("t", "transpose", ["p"], perm=[0, 1, 3, 2]),
+           op("mp", "max_pool2d", ["t"], **POOLS["3x3/2 pad 1"]),  # of a padded, transposed tensor
+           op("ap", "avg_pool2d", ["mp"], kernel_shape=[2, 2], pads=[0, 0, 1, 1]),  # a pool of a pool
+           op("out", "relu", ["ap"])]
+    g = make_graph({"i": ([2, 2, 9, 7], "int32"), "d": ([1, 3, 6, 5], "float64")}, ops, ["mi", "mw", "ad", "ah", "out"])
+    rng = np.random.default_rng(9)
+    i = rng.integers(-2**31, 2**31, (2, 2, 9, 7)).astype(np.int32)
+    _, ilp = check(g, {"i": i}, exact=("mi", "mw"))
+    assert {"p", "t", "mp", "ap", "out"} <= set(group_of(ilp, "out").ops)
+
+
+@needs_gpp
+def test_conv_relu_max_pool_mul_runs_in_the_ilp_plan_with_the_pool_in_a_pointwise_group():
+    g = make_graph({"x": [2, 3, 9, 9], "w": [4, 3, 3, 3]}, [
+        op("conv", "conv2d", ["x", "w"], pads=[1, 1, 1, 1]), op("relu", "relu", ["conv"]),
+        op("pool", "max_pool2d", ["relu"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        op("mul", "mul", ["pool", 0.5])], ["mul"])
+    _, ilp = check(g)
+    pool = group_of(ilp, "pool")
+    assert pool.kind == "pointwise" and "mul" in pool.ops and "conv" not in pool.ops
+    assert "relu" in pool.ops or "relu" in group_of(ilp, "conv").ops
+
+
+# ---------------------------------------------------------------- cumsum
+
+
+@needs_gpp
+def test_cumsum_along_any_axis_exclusive_reverse_of_floats_halves_and_integers():
+    ops = [op("c0", "cumsum", ["x"], axis=0), op("c1", "cumsum", ["x"], axis=-1, exclusive=True, reverse=True),
+           op("c2", "cumsum", ["x"], axis=1, reverse=True), op("c3", "cumsum", ["x"], axis=1, exclusive=True),
+           op("ci", "cumsum", ["i"], axis=-1, exclusive=True), op("ci0", "cumsum", ["i"], axis=0, reverse=True),
+           op("ch", "cumsum", ["h"], axis=1), op("chr", "cumsum", ["h"], axis=0, exclusive=True, reverse=True),
+           op("cb", "cumsum", ["b"], axis=0), op("cd", "cumsum", ["d"], axis=0, reverse=True),
+           {**op("cs", "cumsum", ["x"], axis=0), "dtype": "float16"},  # a stated dtype converts the sums
+           op("s", "mul", ["c1", 3.0]), op("after", "add", ["ch", 1.0])]
+    g = make_graph({"x": ([5, 7, 3], "float32"), "i": ([4, 9], "int32"), "h": ([6, 33], "float16"),
+                    "b": ([11], "bool"), "d": ([1, 4], "float64")}, ops,
+                   ["c0", "c1", "c2", "c3", "ci", "ci0", "ch", "chr", "cb", "cd", "cs", "s", "after"])
+    i = np.random.default_rng(4).integers(-2**31, 2**31, (4, 9)).astype(np.int32)  # sums past int32: int64 results
+    h = (np.random.default_rng(6).standard_normal((6, 33)) * 300).astype(np.float16)
+    _, ilp = check(g, {"i": i, "h": h}, exact=g.outputs)
+    assert all(len(group_of(ilp, c).ops) == 1 for c in ("c0", "c1", "ch"))  # a scan never fuses
+
+
+@needs_gpp
+def test_cumsum_of_empty_tensors_needs_no_kernel():
+    g = make_graph({"x": [0, 5], "y": [3, 0]}, [op("cx", "cumsum", ["x"], axis=1), op("cy", "cumsum", ["y"], axis=1),
+                                                op("e", "exp", ["cx"])], ["cx", "cy", "e"])
+    check(g, strategies=("ilp",))
+    assert not render(partition(g, "ilp")).kernels
+
+
+# ---------------------------------------------------------------- nvcc
+
+
+@needs_nvcc
+def test_every_new_op_kernel_compiles_with_nvcc():
+    g = make_graph({"x": ([2, 3, 7, 8], "float16"), "i": ([4, 9], "int8"), "d": ([5, 9], "float64")}, [
+        op("mx", "max_pool2d", ["x"], **POOLS["dilated 2x2 ceil"]),
+        op("av", "avg_pool2d", ["x"], **POOLS["3x3/2 pad 1"], count_include_pad=True),
+        op("mi", "max_pool2d", ["r"], kernel_shape=[2, 2]), op("r", "reshape", ["i"], shape=[1, 4, 3, 3]),
+        op("a", "arange", [], start=0.5, limit=9.5, delta=1.0, dtype="float64"),
+        op("ai", "arange", [], start=0, limit=9, dtype="int8"),
+        op("q", "floor_divide", ["d", "a"]), op("m", "remainder", ["i", "ai"]),
+        op("qi", "floor_divide", ["i", "ai"]), op("mf", "remainder", ["x", 0.75]),
+        op("c", "cumsum", ["i"], axis=0, exclusive=True, reverse=True), op("cx", "cumsum", ["x"], axis=-1)],
+        ["mx", "av", "mi", "q", "m", "qi", "mf", "c", "cx"])
+    for strategy in ("none", "ilp"):
+        rendered = render(partition(g, strategy))
+        compiled = compile_kernels(rendered.kernels, "sm_90")
+        assert {k.name for k in rendered.kernels} <= set(compiled.resources)
+        assert all(r.spills == 0 for r in compiled.resources.values())
