@@ -25,6 +25,7 @@ INTEGERS = frozenset({"int8", "int16", "int32", "int64"}) | UNSIGNED
 _ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
               "float8_e5m2": ml_dtypes.float8_e5m2}
 _NUMPY = {name: np.dtype(_ML_DTYPES.get(name, name)) for name in DTYPES}
+_ML_NUMPY = frozenset(np.dtype(t) for t in _ML_DTYPES.values())
 
 Literal = int | float
 
@@ -39,10 +40,14 @@ def cast_array(array, dtype: str) -> np.ndarray:
 
     NumPy and ml_dtypes convert float64 to bfloat16 through float32, which rounds
     twice (``1 + 2**-8 + 2**-30`` would become 1.0 instead of 1.0078125); here the
-    float32 step rounds to odd instead, which makes the second rounding exact.
+    float32 step rounds to odd instead, which makes the second rounding exact. The
+    ml_dtypes floats (bfloat16, 8-bit) convert to integers through float32, exactly,
+    so NaN and out-of-range values give what NumPy's float32 conversion gives.
     """
     a = np.asarray(array)
     with np.errstate(all="ignore"):  # overflow to inf and NaN to integer are the conversion's meaning
+        if a.dtype in _ML_NUMPY and dtype in INTEGERS:  # through float32 (exact): NumPy's own float->int
+            return a.astype(np.float32).astype(_NUMPY[dtype])
         if dtype not in _ML_DTYPES or a.dtype != np.float64:
             return a.astype(_NUMPY[dtype])
         f = a.astype(np.float32)

@@ -27,6 +27,51 @@ PART_DEV int8_t part_load(int8_t x) { return x; }
 PART_DEV int32_t part_load(int32_t x) { return x; }
 PART_DEV int64_t part_load(int64_t x) { return x; }
 PART_DEV bool part_load(bool x) { return x; }
+PART_DEV uint8_t part_load(uint8_t x) { return x; }
+PART_DEV int16_t part_load(int16_t x) { return x; }
+PART_DEV uint16_t part_load(uint16_t x) { return x; }
+PART_DEV uint32_t part_load(uint32_t x) { return x; }
+PART_DEV uint64_t part_load(uint64_t x) { return x; }
+
+// ---- 8-bit floats (format 1.1), stored as their bits: ml_dtypes' float8_e4m3fn (no
+// infinities, NaN = S.1111.111, largest 448) and float8_e5m2 (IEEE-like, largest 57344).
+// Encoded from double with one round-to-nearest-even, so a float or double result
+// rounds once, as the NumPy reference's cast does.
+struct part_fp8e4m3 { uint8_t bits; };
+struct part_fp8e5m2 { uint8_t bits; };
+
+template <int E, int M, bool FN> PART_DEV uint8_t part_fp8_encode(double x) {
+  const int bias = (1 << (E - 1)) - 1, emin = 1 - bias;
+  const double largest = FN ? ldexp(2.0 - ldexp(1.0, 1 - M), (1 << E) - 1 - bias)
+                            : ldexp(2.0 - ldexp(1.0, -M), (1 << E) - 2 - bias);
+  const uint8_t sign = signbit(x) ? 0x80 : 0, nan = FN ? 0x7F : (uint8_t)(0x7C | 0x02);
+  if (x != x) return sign | nan;
+  double a = fabs(x);
+  int e;
+  frexp(a, &e);
+  e = (e - 1 < emin) ? emin : e - 1;              // exponent of a's binade (subnormals: emin)
+  const double r = rint(ldexp(a, M - e)) * ldexp(1.0, e - M);  // exact scaling; rint ties to even
+  if (r > largest) return FN ? (sign | nan) : (uint8_t)(sign | (((1 << E) - 1) << M));  // NaN or inf
+  if (r < ldexp(1.0, emin)) return sign | (uint8_t)rint(ldexp(r, M - emin));          // subnormal
+  int er;
+  frexp(r, &er);
+  er -= 1;
+  return sign | (uint8_t)((er + bias) << M) | (uint8_t)(rint(ldexp(r, M - er)) - (1 << M));
+}
+template <int E, int M, bool FN> PART_DEV float part_fp8_decode(uint8_t b) {
+  const int bias = (1 << (E - 1)) - 1, exp = (b >> M) & ((1 << E) - 1), man = b & ((1 << M) - 1);
+  const float sign = (b & 0x80) ? -1.0f : 1.0f;
+  if (FN ? (exp == (1 << E) - 1 && man == (1 << M) - 1) : (exp == (1 << E) - 1 && man != 0)) return NAN;
+  if (!FN && exp == (1 << E) - 1) return sign * INFINITY;
+  if (exp == 0) return sign * ldexpf((float)man, 1 - bias - M);
+  return sign * ldexpf((float)((1 << M) + man), exp - bias - M);
+}
+PART_DEV float part_load(part_fp8e4m3 x) { return part_fp8_decode<4, 3, true>(x.bits); }
+PART_DEV float part_load(part_fp8e5m2 x) { return part_fp8_decode<5, 2, false>(x.bits); }
+PART_DEV part_fp8e4m3 part_to_fp8e4m3(double x) { return part_fp8e4m3{part_fp8_encode<4, 3, true>(x)}; }
+PART_DEV part_fp8e5m2 part_to_fp8e5m2(double x) { return part_fp8e5m2{part_fp8_encode<5, 2, false>(x)}; }
+PART_DEV float part_round_fp8e4m3(double x) { return part_fp8_decode<4, 3, true>(part_fp8_encode<4, 3, true>(x)); }
+PART_DEV float part_round_fp8e5m2(double x) { return part_fp8_decode<5, 2, false>(part_fp8_encode<5, 2, false>(x)); }
 
 // ---- register -> storage
 PART_DEV __half part_to_f16(float x) { return __float2half_rn(x); }
@@ -45,6 +90,18 @@ template <class F> PART_DEV int32_t part_to_int32(F x) {
   return (x >= (F)-2147483648.0 && x < (F)2147483648.0) ? (int32_t)x : INT32_MIN;
 }
 template <class F> PART_DEV int8_t part_to_int8(F x) { return (int8_t)part_to_int32(x); }
+template <class F> PART_DEV int16_t part_to_int16(F x) { return (int16_t)part_to_int32(x); }
+template <class F> PART_DEV uint8_t part_to_uint8(F x) { return (uint8_t)part_to_int32(x); }
+template <class F> PART_DEV uint16_t part_to_uint16(F x) { return (uint16_t)part_to_int32(x); }
+// unsigned 32 and 64 bits: the upper half through the signed conversion of x - 2^31 (2^63)
+template <class F> PART_DEV uint32_t part_to_uint32(F x) {
+  return x >= (F)2147483648.0 ? (uint32_t)part_to_int32(x - (F)2147483648.0) + 2147483648u
+                              : (uint32_t)part_to_int32(x);
+}
+template <class F> PART_DEV uint64_t part_to_uint64(F x) {
+  return x >= (F)9223372036854775808.0 ? (uint64_t)part_to_int64(x - (F)9223372036854775808.0) + 9223372036854775808ull
+                                        : (uint64_t)part_to_int64(x);
+}
 
 // ---- NaN-propagating maximum/minimum (NumPy's maximum, not fmax)
 PART_DEV float part_max(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
@@ -151,11 +208,13 @@ struct part_sum_op {
   PART_DEV float operator()(float a, float b) const { return a + b; }
   PART_DEV double operator()(double a, double b) const { return a + b; }
   PART_DEV int64_t operator()(int64_t a, int64_t b) const { return part_wrap_add(a, b); }
+  PART_DEV uint64_t operator()(uint64_t a, uint64_t b) const { return a + b; }  // unsigned: wraps by definition
 };
 struct part_prod_op {
   PART_DEV float operator()(float a, float b) const { return a * b; }
   PART_DEV double operator()(double a, double b) const { return a * b; }
   PART_DEV int64_t operator()(int64_t a, int64_t b) const { return part_wrap_mul(a, b); }
+  PART_DEV uint64_t operator()(uint64_t a, uint64_t b) const { return a * b; }
 };
 struct part_max_op {
   template <class T> PART_DEV T operator()(T a, T b) const { return part_max(a, b); }

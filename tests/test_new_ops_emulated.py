@@ -259,3 +259,58 @@ def test_every_new_op_kernel_compiles_with_nvcc():
         compiled = compile_kernels(rendered.kernels, "sm_90")
         assert {k.name for k in rendered.kernels} <= set(compiled.resources)
         assert all(r.spills == 0 for r in compiled.resources.values())
+
+
+# ---------------------------------------------------------------- the dtypes of format 1.1
+
+
+def _float8_probes(dtype: str) -> np.ndarray:
+    """Every finite value of an 8-bit float, the midpoints between neighbours (ties to
+    even), values a hair to each side, and the special values: float64."""
+    values = np.arange(256, dtype=np.uint8).view(numpy_dtype(dtype)).astype(np.float64)
+    finite = np.unique(values[np.isfinite(values)])
+    middles = (finite[1:] + finite[:-1]) / 2
+    beyond = [finite.max() * 1.04, finite.max() * 1.1, 1e6, np.inf, -np.inf, np.nan, -0.0, 1e-30]
+    return np.concatenate([finite, middles, np.nextafter(middles, np.inf), np.nextafter(middles, -np.inf), beyond])
+
+
+@needs_gpp
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_float8_kernels_round_once_to_nearest_even_bit_for_bit(dtype):
+    x = _float8_probes(dtype)
+    n = x.size
+    g = make_graph({"x": ([n], "float64"), "h": ([n], "float32")},
+                   [op("q", "cast", ["x"], dtype=dtype), op("r", "cast", ["h"], dtype=dtype),
+                    op("s", "mul", ["r", 2.0]), op("t", "cast", ["s"], dtype="float32"),
+                    op("u", "cast", ["q"], dtype="int32")], ["q", "r", "s", "t", "u"])
+    check(g, {"x": x, "h": x.astype(np.float32)}, exact=("q", "r", "s", "t", "u"))
+
+
+@needs_gpp
+def test_unsigned_and_16_bit_integer_kernels_wrap_and_convert_as_numpy():
+    info = {d: np.iinfo(d) for d in ("uint8", "int16", "uint16", "uint32", "uint64")}
+    edges = {d: np.array([0, 1, i.max, i.max - 1, i.min, 7, 200, 3], dtype=d) for d, i in info.items()}
+    floats = np.array([300.5, -1.5, np.nan, 1e20, -1e20, 70000.7, 2.0**63, 4e9], np.float64)
+    inputs = {f"x_{d}": (list(v.shape), d) for d, v in edges.items()}
+    ops = []
+    for d in info:
+        ops += [op(f"add_{d}", "add", [f"x_{d}", f"x_{d}"]), op(f"mul_{d}", "mul", [f"x_{d}", 3]),
+                op(f"sum_{d}", "reduce_sum", [f"x_{d}"]), op(f"max_{d}", "reduce_max", [f"x_{d}"]),
+                op(f"from_{d}", "cast", ["f"], dtype=d), op(f"to_f_{d}", "cast", [f"x_{d}"], dtype="float64")]
+    g = make_graph({**inputs, "f": ([8], "float64")}, ops, [o["name"] for o in ops])
+    check(g, {**{f"x_{d}": v for d, v in edges.items()}, "f": floats}, exact=[o["name"] for o in ops])
+
+
+@needs_nvcc
+def test_kernels_of_the_new_dtypes_compile():
+    g = make_graph({"a": ([32, 16], "float8_e5m2"), "b": ([16, 24], "float8_e4m3fn"), "u": ([32, 24], "uint16"),
+                    "i": ([32, 24], "int16"), "w": ([32, 24], "uint64")},
+                   [op("m", "matmul", ["a", "b"]), op("c", "cast", ["m"], dtype="float8_e4m3fn"),
+                    op("e", "add", ["u", "i"]), op("f", "cast", ["c"], dtype="uint32"),
+                    op("s", "reduce_sum", ["w"], axes=[0]), op("x", "reduce_max", ["u"], axes=[1])],
+                   ["c", "e", "f", "s", "x"])
+    for strategy in ("none", "ilp"):
+        rendered = render(partition(g, strategy))
+        compiled = compile_kernels(rendered.kernels, "sm_90")
+        assert {k.name for k in rendered.kernels} <= set(compiled.resources)
+        assert all(r.spills == 0 for r in compiled.resources.values())

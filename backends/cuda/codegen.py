@@ -26,8 +26,14 @@ from partitioner.graph import Graph, Op
 from partitioner.ops import TensorType, normalize_axis, slice_params, transpose_perm
 
 REGISTER = {"float16": "float", "bfloat16": "float", "float32": "float", "float64": "double",
-            "int8": "int8_t", "int32": "int32_t", "int64": "int64_t", "bool": "bool"}
-STORAGE = {**REGISTER, "float16": "__half", "bfloat16": "__nv_bfloat16"}
+            "int8": "int8_t", "int32": "int32_t", "int64": "int64_t", "bool": "bool",
+            "uint8": "uint8_t", "int16": "int16_t", "uint16": "uint16_t", "uint32": "uint32_t",
+            "uint64": "uint64_t", "float8_e4m3fn": "float", "float8_e5m2": "float"}
+STORAGE = {**REGISTER, "float16": "__half", "bfloat16": "__nv_bfloat16", "float8_e4m3fn": "part_fp8e4m3",
+           "float8_e5m2": "part_fp8e5m2"}
+# 8-bit floats: the runtime header's rounding and storing functions, by dtype
+_FP8 = {"float8_e4m3fn": "fp8e4m3", "float8_e5m2": "fp8e5m2"}
+_SUFFIX = {"int64": "LL", "uint32": "u", "uint64": "ULL"}
 INT32_LIMIT = 2**31
 
 Index = tuple[str, ...]
@@ -54,7 +60,7 @@ def literal(value: float | int, dtype: str) -> str:
         return f"({float.hex(v)}{'f' if ctype == 'float' else ''})"
     if dtype == "bool":
         return "true" if value else "false"
-    return f"(({ctype}){int(value)}{'LL' if dtype == 'int64' else ''})"
+    return f"(({ctype}){int(value)}{_SUFFIX.get(dtype, '')})"
 
 
 def convert(expr: str, src: str, dst: str) -> str:
@@ -64,6 +70,8 @@ def convert(expr: str, src: str, dst: str) -> str:
         return expr
     if dst == "bool":
         return f"((bool)({expr}))"
+    if dst in _FP8:  # encoded from double: one rounding from a float or double value
+        return f"part_round_{_FP8[dst]}((double)({expr}))"
     if dst in HALFS:
         if src == "float64":  # one rounding, not two through float
             return f"__half2float(__double2half({expr}))" if dst == "float16" else \
@@ -83,6 +91,8 @@ def round_result(expr: str, dtype: str) -> str:
         return f"part_round_f16({expr})"
     if dtype == "bfloat16":
         return f"part_round_bf16({expr})"
+    if dtype in _FP8:
+        return f"part_round_{_FP8[dtype]}((double)({expr}))"
     return expr
 
 
@@ -468,5 +478,7 @@ def to_storage(expr: str, dtype: str) -> str:
         return f"part_to_f16({expr})"
     if dtype == "bfloat16":
         return f"part_to_bf16({expr})"
+    if dtype in _FP8:
+        return f"part_to_{_FP8[dtype]}((double)({expr}))"
     return f"(({STORAGE[dtype]})({expr}))"
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block, shuffle_dtype
-from partitioner.dtypes import FLOATS
+from partitioner.dtypes import FLOATS, numpy_dtype
 from partitioner.graph import Op
 from partitioner.group import Group
 from partitioner.legality import row_structure
@@ -36,8 +38,8 @@ def _identity(op: Op, acc: str) -> str:
         return literal(math.inf if high else -math.inf, acc)
     if acc == "bool":
         return "true" if high else "false"
-    bits = {"int8": 8, "int32": 32, "int64": 64}[acc]
-    return literal(2 ** (bits - 1) - 1 if high else -(2 ** (bits - 1)), acc)
+    info = np.iinfo(numpy_dtype(acc))
+    return literal(int(info.max) if high else int(info.min), acc)
 
 
 class _Layout:
