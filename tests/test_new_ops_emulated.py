@@ -7,6 +7,7 @@ sequential scans.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -16,7 +17,7 @@ from backends.base import load_backend
 from backends.check import output_value, run_and_check
 from backends.cuda.compile import compile_kernels
 from backends.cuda.render import render
-from partitioner import partition
+from partitioner import evaluate, partition
 from partitioner.dtypes import numpy_dtype
 from partitioner.reference import input_values, run_reference
 
@@ -314,3 +315,27 @@ def test_kernels_of_the_new_dtypes_compile():
         compiled = compile_kernels(rendered.kernels, "sm_90")
         assert {k.name for k in rendered.kernels} <= set(compiled.resources)
         assert all(r.spills == 0 for r in compiled.resources.values())
+
+
+@needs_gpp
+def test_a_resnet_stem_runs_with_its_pool_fused():
+    """conv -> batch norm -> ReLU -> max-pool, ResNet's stem at a small size: the pool
+    shares a kernel with the norm and the ReLU (or they ride the conv's epilogue and
+    the pool fuses with nothing it cannot), and every output matches the reference."""
+    g = make_graph({"x": ([2, 3, 20, 20], "float16"), "w": ([8, 3, 7, 7], "float16"), "mean": ([8, 1, 1], "float32"),
+                    "inv": ([8, 1, 1], "float32"), "gamma": ([8, 1, 1], "float32"), "beta": ([8, 1, 1], "float32")},
+                   [op("conv", "conv2d", ["x", "w"], strides=[2, 2], pads=[3, 3, 3, 3]),
+                    op("c32", "cast", ["conv"], dtype="float32"), op("xc", "sub", ["c32", "mean"]),
+                    op("xn", "mul", ["xc", "inv"]), op("sc", "mul", ["xn", "gamma"]), op("bn", "add", ["sc", "beta"]),
+                    op("bn16", "cast", ["bn"], dtype="float16"), op("relu", "relu", ["bn16"]),
+                    op("pool", "max_pool2d", ["relu"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])],
+                   ["pool"])
+    ilp = check(g)[1]  # the conv sums in another order than NumPy: within tolerance, not bit for bit
+    assert len(ilp.groups) == 2  # the conv with or without its epilogue, then the pool's kernel
+    # the pool fused with the norm and the ReLU it recomputes at each tap: as cheap, modelled
+    norm = ["c32", "xc", "xn", "sc", "bn", "bn16", "relu", "pool"]
+    cost = evaluate(g, [["conv"], norm])
+    assert cost.groups[1].group.kind == "pointwise"
+    assert cost.modeled_time_us == pytest.approx(ilp.cost.modeled_time_us)
+    fused = dataclasses.replace(ilp, strategy="hand", groups=[["conv"], norm], cost=cost)
+    assert all(c.ok for c in run_and_check(fused, load_backend("cuda", emulate=True)))
