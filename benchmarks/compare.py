@@ -206,12 +206,12 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, default=ROOT / "docs" / "results.png")
     args = parser.parse_args()
     # what the end needs is checked before the minutes of planning
-    if importlib.util.find_spec("matplotlib") is None:
-        parser.error("the figure needs matplotlib: pip install -e '.[bench]'")
     for path in (args.markdown, args.figure):
         problem = unwritable(path)
         if problem:
             parser.error(f"cannot write {path}: {problem}")
+    if importlib.util.find_spec("matplotlib") is None:
+        parser.error("the figure needs matplotlib: pip install -e '.[bench]'")
     rows = run(args.hardware, args.time_limit)
     plot(rows, args.figure)
     text = markdown(rows, args.figure, args.markdown)
