@@ -81,8 +81,9 @@ class Graph:
         ops: primitive ops in a deterministic topological order.
         outputs: tensors that must be written to global memory.
         path: the file it was loaded from, if any.
-        values: inline constant values of inputs (format v1.1), by input name,
-            in each input's shape and dtype.
+        values: constant values of inputs (format 1.1) held in memory, by input
+            name, in each input's shape and dtype: the file's inline ones, and
+            every one an importer kept (``ImportResult.load``).
         values_file: the ``.npz`` side file of larger constant values the graph
             names, relative to ``path`` (``partitioner.values.constants`` reads it).
         hooks: semantics of ``custom`` ops an importer attached, in memory only:
