@@ -27,8 +27,10 @@ from .values import parse_inline
 from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
 
 FORMAT_VERSION = 1.1
-#: The versions this reader knows; 1.1 adds constant values (``docs/graph-format.md``).
+#: The versions this reader knows; 1.1 adds constant values, ops and dtypes (``docs/graph-format.md``).
 FORMAT_VERSIONS = (1, 1.1)
+FORMAT_1_1_OPS = frozenset({"arange", "cumsum", "floor_divide", "remainder", "max_pool2d", "avg_pool2d"})
+FORMAT_1_1_DTYPES = frozenset({"uint8", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"})
 #: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
 #: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
 #: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.
@@ -271,6 +273,20 @@ def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType], user_
     return ops
 
 
+def format_1_1_feature(data: dict, tensors: dict[str, TensorType] | None = None) -> str | None:
+    """What in a graph dict needs format 1.1 (constant values, its ops, its dtypes),
+    as a phrase, or ``None``; ``tensors`` adds the inferred dtypes."""
+    if "values" in data or any("value" in e for e in data.get("inputs", [])):
+        return "constant values"
+    op = next((e for e in data.get("ops", []) if e.get("op") in FORMAT_1_1_OPS), None)
+    if op is not None:
+        return f"op '{op['name']}' ({op['op']})"
+    dtypes = [e.get("dtype") for e in (*data.get("inputs", []), *data.get("ops", []))]
+    dtypes += [t.dtype for t in (tensors or {}).values()]
+    used = sorted({d for d in dtypes if d in FORMAT_1_1_DTYPES})
+    return f"dtype {used[0]}" if used else None
+
+
 def _check_size(ctx: _Context, what: str, t: TensorType) -> None:
     """Reject a tensor above :data:`MAX_TENSOR_BYTES` (the exact integer costs must fit 64 bits)."""
     if t.nbytes > MAX_TENSOR_BYTES:
@@ -324,6 +340,12 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
         for op in _build_ops(ctx, entry, tensors, names):
             _check_size(ctx, f"op '{op.name}'", op.out)
             ops[op.name] = op
+    if data.get("format") == 1:
+        feature = format_1_1_feature(data, tensors)
+        if feature is not None:
+            raise ctx.error(f"{feature} is format 1.1, but the file says format: 1")
+    if "values" in data and not data["values"].endswith(".npz"):
+        raise ctx.error(f"'values' names an .npz side file, got {data['values']!r}")
     outputs = data["outputs"]
     if not outputs:
         raise ctx.error("'outputs' is empty: name at least one tensor to write")

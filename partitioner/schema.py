@@ -53,7 +53,7 @@ GRAPH_SCHEMA = {
             },
         },
         "outputs": {"type": "array", "items": _NAME},
-        "values": {"type": "string", "pattern": r"\.npz$"},
+        "values": {"type": "string"},
     },
 }
 

@@ -150,8 +150,10 @@ def read_side_file(path: Path, inputs: dict[str, TensorType]) -> dict[str, np.nd
     try:
         with np.load(path, allow_pickle=False) as archive:
             stored = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise GraphError(f"{path}: not a NumPy .npz file ({exc})") from None
+    except OSError as exc:
+        raise GraphError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, zipfile.BadZipFile):  # NumPy's message would suggest unpickling: never
+        raise GraphError(f"{path}: not a NumPy .npz file") from None
     values = {}
     for name, array in stored.items():
         if name not in inputs:

@@ -158,3 +158,26 @@ def test_side_files_hold_every_dtype_bit_for_bit(tmp_path):
     back = constants(load_graph(tmp_path / "all.json")).values
     for name, array in arrays.items():
         assert back[name].dtype == numpy_dtype(loaded.inputs[name].dtype) and back[name].tobytes() == array.tobytes()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"ops": [{"name": "y", "op": "cumsum", "inputs": ["x"], "attrs": {"axis": 0}}]}, "op 'y' (cumsum) is format 1.1"),
+    ({"inputs": [{"name": "x", "shape": [2], "dtype": "uint8"}]}, "dtype uint8 is format 1.1"),
+    ({"inputs": [{"name": "x", "shape": [2], "value": [1.0, 2.0]}]}, "constant values is format 1.1"),
+])
+def test_a_file_that_says_format_1_uses_nothing_of_1_1(change, message):
+    """A new user's `format: 1` file with 1.1's ops once loaded without a word."""
+    plain = {"format": 1, "inputs": [{"name": "x", "shape": [2]}], "ops": [{"name": "y", "op": "neg", "inputs": ["x"]}],
+             "outputs": ["y"]}
+    with pytest.raises(GraphError, match=re.escape(f"{message}, but the file says format: 1")):
+        load_graph({**plain, **change})
+    load_graph({**plain, **change, "format": 1.1})
+    unversioned = {**plain, **change}
+    del unversioned["format"]
+    load_graph(unversioned)  # no format key: the newest this reader knows
+
+
+def test_values_names_an_npz():
+    graph = {**GRAPH, "values": "/etc/passwd"}
+    with pytest.raises(GraphError, match=r"'values' names an .npz side file, got '/etc/passwd'"):
+        load_graph(graph)

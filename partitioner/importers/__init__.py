@@ -25,7 +25,7 @@ import yaml
 from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError
 from ..graph import Graph
-from ..loader import NAME_PATTERN, load_graph
+from ..loader import NAME_PATTERN, format_1_1_feature, load_graph
 from ..ops import TensorType
 from ..values import INLINE_LIMIT, to_inline
 from ..yamlio import parse_yaml
@@ -285,10 +285,11 @@ class GraphBuilder:
 
     def result(self, outputs: Sequence[str], renamed: dict[str, str] | None = None) -> ImportResult:
         """The finished graph; ``outputs`` are tensor names (duplicates are dropped).
-        Only a graph with constant values needs format 1.1."""
-        version = 1.1 if self.values or any("value" in e for e in self.inputs) else 1
-        graph = {"format": version, "name": self.name, "source": self.source, "inputs": self.inputs,
+        It says format 1.1 where it uses what 1.1 adds (values, ops, dtypes)."""
+        graph = {"format": 1, "name": self.name, "source": self.source, "inputs": self.inputs,
                  "ops": self.ops, "outputs": list(dict.fromkeys(outputs))}
+        if self.values or format_1_1_feature(graph) is not None:
+            graph["format"] = 1.1
         self.summary.graph_ops = len(self.ops)
         return ImportResult(graph, self.summary, self.values, renamed or {}, self.hooks)
 
