@@ -10,9 +10,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "bool",
-          # format 1.1
-          "uint8", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+#: The dtypes format 1.1 adds.
+DTYPES_1_1 = ("uint8", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "bool", *DTYPES_1_1)
 #: 8-bit floats as ml_dtypes (and the OCP FP8 specification) define them: e4m3fn has
 #: 4 exponent and 3 mantissa bits, no infinities (an overflow is NaN) and a largest
 #: value of 448; e5m2 has 5 and 2, infinities, and a largest value of 57,344.

@@ -18,7 +18,7 @@ import networkx as nx
 import yaml
 
 from .composites import COMPOSITES, Primitive, expand
-from .dtypes import DTYPES
+from .dtypes import DTYPES, DTYPES_1_1
 from .errors import GraphError, InferenceError
 from .graph import Graph, Op
 from .ops import REGISTRY, Attr, TensorType
@@ -30,7 +30,6 @@ FORMAT_VERSION = 1.1
 #: The versions this reader knows; 1.1 adds constant values, ops and dtypes (``docs/graph-format.md``).
 FORMAT_VERSIONS = (1, 1.1)
 FORMAT_1_1_OPS = frozenset({"arange", "cumsum", "floor_divide", "remainder", "max_pool2d", "avg_pool2d"})
-FORMAT_1_1_DTYPES = frozenset({"uint8", "int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"})
 #: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
 #: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
 #: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.
@@ -283,7 +282,7 @@ def format_1_1_feature(data: dict, tensors: dict[str, TensorType] | None = None)
         return f"op '{op['name']}' ({op['op']})"
     dtypes = [e.get("dtype") for e in (*data.get("inputs", []), *data.get("ops", []))]
     dtypes += [t.dtype for t in (tensors or {}).values()]
-    used = sorted({d for d in dtypes if d in FORMAT_1_1_DTYPES})
+    used = sorted({d for d in dtypes if d in DTYPES_1_1})
     return f"dtype {used[0]}" if used else None
 
 

@@ -71,7 +71,7 @@ def to_inline(array: np.ndarray) -> Any:
     if a.dtype.kind == "b":
         return a.tolist()
     if a.dtype.kind in "iu":
-        return a.astype(np.int64).tolist()
+        return a.tolist()  # Python ints, exact for uint64 too
     shortest = np.array([float(str(v)) for v in a.ravel()], dtype=np.float64)
     return shortest.reshape(a.shape).tolist()
 

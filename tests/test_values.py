@@ -181,3 +181,13 @@ def test_values_names_an_npz():
     graph = {**GRAPH, "values": "/etc/passwd"}
     with pytest.raises(GraphError, match=r"'values' names an .npz side file, got '/etc/passwd'"):
         load_graph(graph)
+
+
+def test_inline_integers_hold_every_value_of_their_dtype():
+    """uint64 values above 2^63 once went inline through int64 and came back negative."""
+    from partitioner.values import to_inline
+
+    for dtype in ("uint64", "int64", "uint8", "int16"):
+        info = np.iinfo(dtype)
+        array = np.array([info.min, info.max, 0], dtype=dtype)
+        assert parse_inline(to_inline(array), TensorType((3,), dtype)).tolist() == array.tolist()
