@@ -167,10 +167,7 @@ def memory_needed(plan: Plan) -> int:
     inputs = sum(t.nbytes for t in g.inputs.values())
     live, peak = 0, 0
     for k, group in enumerate(groups):
-        readers = {}
-        for position, name in enumerate(group.ops):
-            for tensor in g.ops[name].tensor_inputs:
-                readers[tensor] = position
+        readers = g.last_readers(group.ops)
         held = 0
         for position, name in enumerate(group.ops):
             out = g.ops[name].out

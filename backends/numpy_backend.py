@@ -23,15 +23,6 @@ class _Values(dict):
         return self.memory[self.graph.storage[tensor]].reshape(self.graph.tensor(tensor).shape)
 
 
-def _last_use_in(group) -> dict[str, int]:
-    """Value -> position (in ``group.ops``) of its last reader inside the group."""
-    last: dict[str, int] = {}
-    for position, name in enumerate(group.ops):
-        for tensor in group.graph.ops[name].tensor_inputs:
-            last[tensor] = position
-    return last
-
-
 class NumpyBackend(Backend):
     """Reference executor of plans (no code to render or build)."""
 
@@ -64,7 +55,7 @@ class NumpyBackend(Backend):
                     raise BackendError(f"op '{custom[0]}' is custom and has no semantics; supply its value to run")
                 continue
             values = _Values(g, memory)
-            inside = _last_use_in(group)
+            inside = g.last_readers(group.ops)
             for step, name in enumerate(group.ops):
                 op = g.ops[name]
                 values[name] = values[op.inputs[0]].reshape(op.out.shape) if op.is_view else run_op(g, name, values)

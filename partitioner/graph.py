@@ -244,6 +244,15 @@ class Graph:
         of none of them computes nothing and launches nothing (``Group.empty``)."""
         return self.mask(name for name, op in self.ops.items() if not op.is_view and op.out.numel)
 
+    def last_readers(self, ops: Iterable[str]) -> dict[str, int]:
+        """Tensor -> position (in ``ops``) of the last of ``ops`` that reads it, for
+        the tensors they read: when a value held for them can be dropped."""
+        last: dict[str, int] = {}
+        for position, name in enumerate(ops):
+            for tensor in self.ops[name].tensor_inputs:
+                last[tensor] = position
+        return last
+
     def mask(self, ops: Iterable[str]) -> int:
         """Bitset of a set of op names."""
         bits = 0

@@ -87,16 +87,6 @@ def run_op(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray
     return result if op.out.dtype == op.promoted else cast_array(result, op.out.dtype)
 
 
-def _last_readers(graph: Graph) -> dict[str, int]:
-    """Tensor -> position (in ``graph.ops`` order) of the last op that reads it; -1
-    for a tensor nothing reads."""
-    last = {name: -1 for name in (*graph.inputs, *graph.ops)}
-    for position, op in enumerate(graph.ops.values()):
-        for tensor in op.tensor_inputs:
-            last[tensor] = position
-    return last
-
-
 def _run_hook(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndarray:
     """A custom op's result from the semantics its importer attached, checked
     against the op's stated shape and dtype."""
@@ -171,7 +161,7 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
             raise ValueError(f"input '{name}' must be {t.dtype}{list(t.shape)}, got {array.dtype}{list(array.shape)}")
         values[name] = array
     kept = None if keep is None else set(keep)
-    last = _last_readers(graph) if kept is not None else {}
+    last = graph.last_readers(graph.ops) if kept is not None else {}
     for position, (name, op) in enumerate(graph.ops.items()):
         if op.kind != "custom":
             values[name] = run_op(graph, name, values)
@@ -183,7 +173,7 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
             raise NotImplementedError(f"op '{name}' is custom (kind {op.attrs['kind']!r}) and has no semantics")
         if kept is not None:
             for tensor in (*op.tensor_inputs, name):
-                if last[tensor] <= position and tensor not in kept:
+                if last.get(tensor, -1) <= position and tensor not in kept:
                     values.pop(tensor, None)
     if kept is not None:
         for name in set(values) - kept:  # inputs nothing reads
