@@ -198,6 +198,14 @@ class GraphBuilder:
         self.inputs.append(entry)
         return name
 
+    def filled(self, name: str, shape: Sequence[int], dtype: str, value: Any) -> str:
+        """A tensor of ``shape`` every element of which is ``value``: a one-element
+        constant input (``NAME_value``), broadcast, so a kernel reads one element."""
+        if not len(shape):
+            return self.add_input(name, [], dtype, np.asarray(value))
+        element = self.add_input(self.fresh(name, "value"), [], dtype, np.asarray(value))
+        return self.op(name, "broadcast_to", [element], {"shape": list(shape)}, shape, dtype)
+
     def type(self, name: str) -> TensorType:
         """Shape and dtype of a tensor already in the graph."""
         return self.types[name]

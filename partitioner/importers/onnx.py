@@ -1089,9 +1089,7 @@ def _constant_of_shape(cx: _Converter, node: onnx.NodeProto) -> str:
     shape = [int(d) for d in cx.static(node, 0).ravel()]
     value = _attrs(node).get("value")
     fill = np.zeros((), np.float32) if value is None else numpy_helper.to_array(value).reshape(())
-    dtype = cx.dtype(node.output[0])
-    scalar = cx.b.add_input(cx.b.fresh(cx.names[node.output[0]], "value"), [], dtype, fill)
-    return cx.emit(node, "broadcast_to", [scalar], {"shape": shape})
+    return cx.b.filled(cx.names[node.output[0]], shape, cx.dtype(node.output[0]), fill)
 
 
 @_register("Range")

@@ -336,20 +336,9 @@ class _Converter:
             raise Unmappable(f"operand {arg!r} is not a tensor")
         if isinstance(value, _Const):
             if value.name not in self.b.types:  # not yet a graph tensor (or dropped by a rollback)
-                value.name = self._constant(value)
+                value.name = self.b.filled(self.name(value.node), *self.out(value.node), value.value)
             return value.name
         return value
-
-    def _constant(self, const: _Const) -> str:
-        """A filled tensor as graph values: one element, broadcast (no memory but that
-        element is read)."""
-        shape, dtype = self.out(const.node)
-        name = self.name(const.node)
-        scalar = np.asarray(const.value)
-        if not shape:
-            return self.b.add_input(name, [], dtype, scalar)
-        element = self.b.add_input(self.b.fresh(name, "value"), [], dtype, scalar)
-        return self.b.op(name, "broadcast_to", [element], {"shape": shape}, shape, dtype)
 
     def operand(self, arg: Any, node: Node) -> str | int | float:
         """A tensor name or a literal: Python scalars, and constants that broadcast
