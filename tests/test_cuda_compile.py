@@ -53,6 +53,42 @@ def test_ilp_plans_of_real_models_compile_without_spills(path, arch):
     assert not over
 
 
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_multiply_then_add_is_not_contracted_into_an_fma(tmp_path, dtype):
+    """A fused ``x*3+1`` must round twice, as the unfused plan does: nvcc contracted
+    it into one ``fma.rn`` until the backend compiled with ``-fmad=false``."""
+    import subprocess
+
+    from backends.cuda.compile import NVCC_FLAGS
+    from backends.cuda.render import RUNTIME_HEADER, runtime_header
+
+    g = make_graph({"x": ([1024], dtype)}, [op("a", "mul", ["x", 3.0]), op("b", "add", ["a", 1.0])], ["b"])
+    (kernel,) = render(partition(g, "ilp")).kernels
+    assert list(kernel.ops) == ["a", "b"]
+    (tmp_path / RUNTIME_HEADER).write_text(runtime_header())
+    (tmp_path / "k.cu").write_text(kernel.source)
+    flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *flags, "-I", str(tmp_path), str(tmp_path / "k.cu"),
+                    "-o", str(tmp_path / "k.ptx")], check=True, capture_output=True)
+    ptx = (tmp_path / "k.ptx").read_text()
+    width = "f32" if dtype == "float32" else "f64"
+    assert f"fma.rn.{width}" not in ptx
+    assert f"mul.rn.{width}" in ptx and f"add.rn.{width}" in ptx
+
+
+def test_a_conv_with_more_tiles_than_a_grid_dimension_holds_launches_on_x_only():
+    """A conv at 32x3x512x512 once rendered grid (1, 65536, 1): past gridDim.y's
+    65,535. Tiles go on x (up to 2^31 - 1; beyond, the kernel loops over the rest,
+    as the attention test of test_cuda_emulated shows)."""
+    g = make_graph({"x": ([32, 3, 512, 512], "float16"), "w": ([64, 3, 3, 3], "float16")},
+                   [op("y", "conv2d", ["x", "w"], pads=[1, 1, 1, 1])],
+                   ["y"])
+    (kernel,) = render(partition(g, "ilp")).kernels
+    assert kernel.kind == "contraction"
+    assert kernel.grid == (65536, 1, 1)  # 8,388,608 rows in tiles of 128, one n tile
+
+
 def test_index_width_follows_the_largest_tensor_touched():
     big = make_graph({"x": ([2**31 + 8], "int8")}, [op("s", "slice", ["x"], starts=[0], ends=[16]),
                                                     op("n", "neg", ["s"])], ["n"])
@@ -199,7 +235,7 @@ def test_cli_emit_says_why_groups_get_no_kernel(tmp_path, capsys):
     assert "no kernel for" in out and "of views only (free)" in out
     manifest = json.loads((tmp_path / "k" / "manifest.json").read_text())
     first = manifest["kernels"][0]
-    assert first["compile"] == f"nvcc -arch=sm_90 -cubin -O3 -std=c++17 -Xptxas -v -I . {first['file']} " \
+    assert first["compile"] == f"nvcc -arch=sm_90 -cubin -O3 -std=c++17 -fmad=false -Xptxas -v -I . {first['file']} " \
                                f"-o {first['file'][:-3]}.cubin"
 
 

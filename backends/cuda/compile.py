@@ -18,7 +18,10 @@ from ..base import BackendError
 from .render import RUNTIME_HEADER, Kernel, runtime_header
 
 DEFAULT_ARCH = "sm_90"
-NVCC_FLAGS = ("-O3", "-std=c++17", "-Xptxas", "-v")
+# -fmad=false: nvcc would otherwise contract a multiply and a dependent add into one
+# FMA (one rounding where the unfused plan rounds twice), breaking the bit-identity of
+# fused elementwise chains; kernels that want an FMA write fmaf() explicitly.
+NVCC_FLAGS = ("-O3", "-std=c++17", "-fmad=false", "-Xptxas", "-v")
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
 _SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")

@@ -28,7 +28,9 @@ from .render import RUNTIME_HEADER, Kernel, Rendered, runtime_header
 
 EMULATOR_PACKAGE = "backends.cuda.emulator"
 EMULATOR_HEADER = "cuda_emulator.h"
-CXX_FLAGS = ("-std=c++17", "-O1", "-DPARTITION_EMULATOR", "-w")
+# -ffp-contract=off: as nvcc's -fmad=false, no multiply-add contracted into one FMA
+# (g++ contracts by default wherever the target has FMA, e.g. on aarch64)
+CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-DPARTITION_EMULATOR", "-w")
 TIMEOUT_S = 600
 
 
