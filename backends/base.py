@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from partitioner.plan import Plan
+from partitioner.report import PIPED_WIDTH
 
 ENTRY_POINT_GROUP = "partitioner.backends"
 
@@ -30,6 +31,15 @@ ENTRY_POINT_GROUP = "partitioner.backends"
 class BackendError(RuntimeError):
     """A backend cannot render, build or run this plan (a custom op, a missing tool or
     device, a directory it may not write); one line."""
+
+
+@dataclass
+class Counters:
+    """What a counting run measured (:meth:`Backend.counters`): ``kernels``, one
+    JSON-ready dict per kernel, and ``text``, the same as text tables."""
+
+    kernels: list[dict]
+    text: str
 
 
 @dataclass
@@ -77,6 +87,22 @@ class Backend(ABC):
             BackendError: this backend writes no code, or the directory cannot be used.
         """
         raise BackendError(f"the {self.name} backend writes no code")
+
+    def counters(self, width: int = PIPED_WIDTH) -> Counters | None:
+        """What the last :meth:`run` counted per kernel, when this backend counts.
+
+        Parameters
+        ----------
+        width : int
+            Columns the text tables may take.
+
+        Returns
+        -------
+        Counters or None
+            Per kernel its memory requests, their efficiency and its instruction
+            counts; ``None`` by default (a backend that does not count).
+        """
+        return None
 
     def resources(self, built: Any) -> list[dict]:
         """Per kernel, what the compiler reports beside the cost model's estimates:

@@ -1,26 +1,33 @@
 """Running a plan on a backend and checking its outputs against the NumPy reference.
 
-Tolerances per dtype (NaN and ±inf must sit at the same positions, with the same
-signs for inf). An output passes when every element is within
-``atol + rtol * |want|`` (elementwise), or when its largest error is within
-``rtol * max |want|`` (normwise): an element that a reduction in another order
-(or online softmax) leaves near zero by cancellation carries the error of its
-largest terms, not of its own size, and the largest value of the tensor stands
-for that scale. A wrong kernel is off by the size of its values, far beyond both.
+The tolerance is derived per output from its dtype and from the sums upstream of it
+(``docs/backends.md``, *The tolerance rule*). NaN and ±inf must sit at the same
+positions as in the reference, with the same signs for inf; every other element
+must satisfy
 
-========= ========= ========= =============================================
-dtype     rtol      atol      why
-========= ========= ========= =============================================
-float64   1e-9      1e-12     reductions and products summed in another order
-float32   1e-4      1e-5      same, over thousands of terms
-float16   1e-2      1e-2      a few ulps (2^-10) after an op rounds differently,
-                              e.g. a libm that differs by one float32 ulp
-bfloat16  5e-2      5e-2      a few ulps (2^-7)
-e4m3fn    2.5e-1    2.5e-1    two ulps (2^-3) of an 8-bit float
-e5m2      5e-1      5e-1      two ulps (2^-2)
-integers  0         0         exact
-bool      0         0         exact
-========= ========= ========= =============================================
+    |got − want| ≤ n·u·|want| + (n·u + c·√T·u_acc)·max |want|
+
+where ``u`` is the unit roundoff of the least precise float dtype upstream (2^-11
+for float16), ``n`` the ulps a chain of correctly rounded ops may drift by (8; 4 for
+the 8-bit floats, whose ulp is already a quarter of a value), ``T`` the number of
+terms the output's upstream sums add up (matmul K, conv Ci·kh·kw, reduction
+lengths, window taps, scan lengths, summed over every upstream op), ``u_acc`` the
+unit roundoff of the dtype they accumulate in (float32, or float64), and ``c = 8``.
+
+- ``n·u·|want|``: each op rounds once; an input that another summation order moved
+  by one ulp across a rounding boundary moves the result by an ulp or two.
+- ``n·u·max |want|``: an element that such a sum leaves near zero by cancellation
+  carries the error of its largest terms, not of its own size; the tensor's largest
+  value stands for that scale.
+- ``c·√T·u_acc·max |want|``: rounding errors of sums in another order (a K loop
+  blocked by 32, a tree across a warp, online softmax) grow like the square root
+  of the number of terms, relative to their magnitude; c covers the largest of
+  millions of elements (about 5 standard deviations) and the partial sums of
+  positive terms, which grow up to the total.
+
+A wrong kernel is off by the size of a term or of a value: a dropped term of a
+K = 3072 dot product is about 1/200 of the output's scale, above the bound, and a
+wrong element by its own size. Integers and bool are exact.
 """
 
 from __future__ import annotations
@@ -29,48 +36,121 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from partitioner.dtypes import compute_dtype, itemsize, numpy_dtype
-from partitioner.graph import Graph
+from partitioner.dtypes import FLOAT8S, compute_dtype, itemsize, numpy_dtype
+from partitioner.graph import Graph, Op
+from partitioner.ops import matmul_shapes, normalize_axis
+from partitioner.pooling import window_elements
 from partitioner.plan import Plan
 from partitioner.reference import input_values, random_values, run_reference
 from partitioner.report import PIPED_WIDTH, table_text
 
 from .base import Backend, BackendError
 
-TOLERANCES = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-5), "float16": (1e-2, 1e-2),
-              "bfloat16": (5e-2, 5e-2), "float8_e4m3fn": (2.5e-1, 2.5e-1), "float8_e5m2": (5e-1, 5e-1)}
+#: Unit roundoff (half an ulp at 1) of each float dtype: 2^-(mantissa bits + 1).
+UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
+                 "float8_e4m3fn": 2.0**-4, "float8_e5m2": 2.0**-3}
+#: Ulps a chain of correctly rounded ops may drift by after an input moved by one.
+ULPS = 8
+#: Safety factor on the square-root growth of a sum's rounding error.
+SUM_FACTOR = 8
 
 
 @dataclass(frozen=True)
 class OutputCheck:
-    """One graph output compared with the reference: the largest absolute error and
-    the largest error relative to the reference's largest magnitude (both inf when
-    NaN or inf sit at other positions than in the reference). ``dtype`` is the one
-    whose tolerance applied."""
+    """One graph output compared with the reference.
+
+    ``max_abs_error`` is the largest absolute error and ``max_rel_error`` the
+    largest error relative to the reference's largest magnitude (both inf when NaN
+    or inf sit at other positions than in the reference). ``dtype`` is the one whose
+    roundoff applied, ``terms`` the terms summed upstream, and ``error_ratio`` the
+    largest error over its element's tolerance: the output passes (``ok``) when it
+    is at most 1."""
 
     name: str
     dtype: str
+    terms: int
     max_abs_error: float
     max_rel_error: float
+    error_ratio: float
     ok: bool
 
 
-def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
-    """Compare one output with its reference value under the dtype's tolerance."""
+def tolerance(dtype: str, terms: int = 0) -> tuple[float, float]:
+    """``(rtol, scale_tol)`` of the rule above: an element may be off by ``rtol·|want|
+    + scale_tol·max |want|``. ``terms`` is the number of terms summed upstream;
+    integers and bool get ``(0, 0)``: exact."""
+    if dtype not in UNIT_ROUNDOFF:
+        return 0.0, 0.0
+    u = UNIT_ROUNDOFF[dtype]
+    rtol = (ULPS // 2 if dtype in FLOAT8S else ULPS) * u
+    accumulate = UNIT_ROUNDOFF["float64" if dtype == "float64" else "float32"]
+    return rtol, rtol + SUM_FACTOR * float(np.sqrt(terms)) * accumulate
+
+
+def compare(name: str, dtype: str, got: np.ndarray, want: np.ndarray, terms: int = 0) -> OutputCheck:
+    """Compare one output with its reference value under :func:`tolerance`.
+
+    Parameters
+    ----------
+    name : str
+        The output, for the report.
+    dtype : str
+        The dtype whose roundoff applies (:func:`tolerance_dtype`).
+    got, want : numpy.ndarray
+        The backend's and the reference's values, same shape.
+    terms : int
+        Terms summed upstream of the output (:func:`accumulated_terms`).
+
+    Returns
+    -------
+    OutputCheck
+    """
     g = np.asarray(got).astype(np.float64)
     w = np.asarray(want).astype(np.float64)
-    rtol, atol = TOLERANCES.get(dtype, (0.0, 0.0))
+    rtol, scale_tol = tolerance(dtype, terms)
     special = ~np.isfinite(w) | ~np.isfinite(g)
     same_special = np.array_equal(np.isnan(g), np.isnan(w)) and np.array_equal(
         np.where(np.isinf(g), np.sign(g), 0), np.where(np.isinf(w), np.sign(w), 0))
     finite_w = np.where(special, 0.0, w)
     diff = np.abs(np.where(special, 0.0, g) - finite_w)
     scale = np.max(np.abs(finite_w), initial=0.0)
-    elementwise = bool(np.all(diff <= atol + rtol * np.abs(finite_w)))
-    normwise = bool(np.max(diff, initial=0.0) <= rtol * scale)
-    ok = same_special and (elementwise or normwise)
+    allowed = rtol * np.abs(finite_w) + scale_tol * scale
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / allowed)  # x/0 = inf: any error on an exact output
+    worst = float(np.max(ratio, initial=0.0)) if same_special else float("inf")
     max_abs = float(np.max(diff, initial=0.0)) if same_special else float("inf")
-    return OutputCheck(name, dtype, max_abs, float(max_abs / scale) if scale else max_abs, ok)
+    return OutputCheck(name, dtype, terms, max_abs, float(max_abs / scale) if scale else max_abs, worst,
+                       worst <= 1.0)
+
+
+def terms_summed(graph: Graph, op: Op) -> int:
+    """Terms one result element of ``op`` adds up, each a rounding in its accumulator:
+    K of a matmul, Ci/groups·kh·kw of a conv, the reduced elements of a sum, mean or
+    product, the taps of an average pool, the length of a scan; 0 for ops whose
+    result does not depend on an order (elementwise, layout, max, min, arg-reductions)."""
+    operands = [graph.tensor(t) for t in op.inputs if isinstance(t, str)]
+    if op.kind == "matmul":
+        return matmul_shapes(operands[0].shape, operands[1].shape)[2]
+    if op.kind == "conv2d":
+        _, ci, kh, kw = operands[1].shape
+        return ci * kh * kw
+    if op.kind in ("reduce_sum", "reduce_mean", "reduce_prod"):
+        return operands[0].numel // max(op.out.numel, 1)
+    if op.kind == "avg_pool2d":
+        return window_elements(op.attrs)
+    if op.kind == "cumsum":
+        return operands[0].shape[normalize_axis(op.attrs["axis"], len(operands[0].shape))]
+    return 0
+
+
+def accumulated_terms(graph: Graph, tensor: str) -> int:
+    """``T`` of the tolerance rule for ``tensor``: the terms summed by the op that
+    computes it and by every op upstream (errors of chained sums add, as the square
+    roots of their lengths add in quadrature; 0 for a graph input)."""
+    if tensor not in graph.ops:
+        return 0
+    names = [tensor, *graph.names(graph.ancestors_mask[graph.index[tensor]])]
+    return sum(terms_summed(graph, graph.ops[n]) for n in names)
 
 
 def storage_values(graph: Graph, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -149,7 +229,8 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
     except MemoryError:
         raise BackendError(f"the check ran out of memory (about {need / 2**30:,.1f} GiB estimated at its peak): "
                            "run a smaller instance of the graph") from None
-    return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t]) for t in g.outputs]
+    return [compare(t, tolerance_dtype(g, t), output_value(g, storages, t), reference[t], accumulated_terms(g, t))
+            for t in g.outputs]
 
 
 def memory_needed(plan: Plan) -> int:
@@ -237,8 +318,8 @@ def tolerance_dtype(graph: Graph, tensor: str) -> str:
 
 
 def check_table(checks: list[OutputCheck], title: str, width: int = PIPED_WIDTH) -> str:
-    """The checks as a text table."""
-    rows = [[c.name, c.dtype, f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}", "yes" if c.ok else "NO"]
-            for c in checks]
-    return table_text(title, [(["output", "dtype", "max abs error", "max rel error", "within tolerance"], rows)],
-                      {"output"}, width, {"dtype"})
+    """The checks as a text table; ``error / tolerance`` is at most 1 for a pass."""
+    rows = [[c.name, c.dtype, f"{c.terms:,}", f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}",
+             f"{c.error_ratio:.3g}", "yes" if c.ok else "NO"] for c in checks]
+    return table_text(title, [(["output", "dtype", "terms summed", "max abs error", "max rel error",
+                                "error / tolerance", "within tolerance"], rows)], {"output"}, width, {"dtype"})

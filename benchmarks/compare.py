@@ -52,7 +52,7 @@ class Row:
 
     def strictly_better(self, among: tuple[str, ...] = HEURISTICS) -> bool:
         adv = self.advantage(among)
-        return adv["ilp_us"] < adv["best_us"] * (1 - STRICT)
+        return adv["ilp_value"] < adv["best_value"] * (1 - STRICT)
 
 
 def run(hardware: list[str], time_limit: float) -> list[Row]:
@@ -107,8 +107,8 @@ def advantage_table(rows: list[Row]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c, h = r.advantage(COMPILERS), r.advantage(HEURISTICS)
-        lines.append(f"| {r.graph} | {r.ops} | {r.hardware} | {c['best']} | {c['best_us']:,.1f} | {_pct(c['saving'])} "
-                     f"| {h['best']} | {h['best_us']:,.1f} | {h['ilp_us']:,.1f} | {_pct(h['saving'])} "
+        lines.append(f"| {r.graph} | {r.ops} | {r.hardware} | {c['best']} | {c['best_value']:,.1f} | {_pct(c['saving'])} "
+                     f"| {h['best']} | {h['best_value']:,.1f} | {h['ilp_value']:,.1f} | {_pct(h['saving'])} "
                      f"| {r.plans['ilp'].solver.status} |")
     return lines
 

@@ -15,9 +15,10 @@ import sys
 
 from backends.base import BackendError, load_backend
 from backends.check import check_table, run_and_check
+from backends.cuda.sampled import SAMPLE_BLOCKS, emulated_whole, sampled_table
 
 from . import __version__
-from .cost import DEFAULT_MAX_OPS
+from .cost import DEFAULT_MAX_OPS, OBJECTIVES, UNITS
 from .draw import OPS_VIEW_LIMIT, VIEWS, DrawError, check_can_draw, draw, resolve_view
 from .errors import GraphError, HardwareError
 from .exits import OneLineParser, guarded, unwritable
@@ -57,6 +58,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, metavar="S",
                    help="ILP work budget in nominal seconds (default 60): 100,000 units of search work and one "
                    "CP-SAT deterministic second per second; the same plan on any machine")
+    p.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="what the ilp minimises: time (modelled roofline time: launches plus the larger of "
+                   "memory and compute time; the default), traffic (launches and bytes only) or energy "
+                   "(modelled joules)")
     p.add_argument("--max-ops", type=int, default=DEFAULT_MAX_OPS, metavar="N",
                    help=f"cap on ops per group (default {DEFAULT_MAX_OPS})")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
@@ -72,21 +77,28 @@ def _parser() -> argparse.ArgumentParser:
     code.add_argument("--emulate", action="store_true",
                       help="run the cuda backend's kernels on the CPU emulator instead of a GPU")
     code.add_argument("--seed", type=int, default=0, help="seed of the random inputs for --run (default 0)")
+    code.add_argument("--profile", action="store_true",
+                      help="with --emulate: count per kernel global-memory efficiency, shared-memory bank "
+                           "conflicts and instructions, as Nsight Compute defines them")
+    code.add_argument("--sample-blocks", type=int, metavar="N",
+                      help=f"with --profile: run each kernel alone on N of its blocks, on the NumPy reference's "
+                           f"inputs (default: only for plans too large to emulate whole, {SAMPLE_BLOCKS} blocks)")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
 
 
-def _progress_printer():
-    """Progress on stderr, only when stderr is a terminal and a solve runs over a second."""
+def _progress_printer(unit: str = "us"):
+    """Progress on stderr, only when stderr is a terminal and a solve runs over a second;
+    ``unit`` is the objective's (``cost.UNITS``)."""
     if not sys.stderr.isatty():
         return None
 
-    def show(phase: str, best_us: float, bound_us: float | None, elapsed: float) -> None:
+    def show(phase: str, best: float, bound: float | None, elapsed: float) -> None:
         if elapsed < 1.0:
             return
-        bound = "-" if bound_us is None else f"{bound_us:,.1f} us"
-        gap = "-" if bound_us is None or not best_us else f"{(best_us - bound_us) / best_us:.2%}"
-        sys.stderr.write(f"\r[ilp {phase}] best {best_us:,.1f} us  bound {bound}  gap {gap}  {elapsed:.1f} s   ")
+        shown = "-" if bound is None else f"{bound:,.1f} {unit}"
+        gap = "-" if bound is None or not best else f"{(best - bound) / best:.2%}"
+        sys.stderr.write(f"\r[ilp {phase}] best {best:,.1f} {unit}  bound {shown}  gap {gap}  {elapsed:.1f} s   ")
         sys.stderr.flush()
 
     return show
@@ -109,7 +121,8 @@ def _explain(args: argparse.Namespace) -> int:
     graph = load_graph(args.graph)
     hw = load_hardware(args.hardware)
     names = (args.strategy,) if args.strategy else ("none", *HEURISTICS, "ilp")
-    plans = compare(graph, hw, names, args.time_limit, args.max_ops, _progress_printer())
+    progress = _progress_printer(UNITS[args.objective])
+    plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective)
     a, b = args.explain
     answers = [explain(plan, a, b) for plan in plans]
     if args.format == "json":
@@ -126,24 +139,25 @@ def _run(args: argparse.Namespace) -> int:
     args.strategy = args.strategy or "ilp"
     if args.draw:
         check_can_draw(args.draw)  # before planning: a missing dot should not cost a solve
-    runner = load_backend(args.backend, **({"emulate": True} if args.emulate else {})) if args.run else None
+    options = {"emulate": True, **({"profile": True} if args.profile else {})} if args.emulate else {}
+    runner = load_backend(args.backend, **options) if args.run else None
     if runner is not None:
         runner.preflight(run=True)  # likewise a missing compiler or GPU
     if args.compile:
         load_backend("cuda", arch=args.arch).preflight(compile=True)
     graph = load_graph(args.graph)
     hw = load_hardware(args.hardware)
-    progress = _progress_printer()
+    progress = _progress_printer(UNITS[args.objective])
     try:
         if args.report or args.compare:
             names = ("none", *HEURISTICS, "ilp") if args.compare else ("none", "greedy", "ilp")
             if args.strategy not in names:
                 names = (*names, args.strategy)
-            plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress)
+            plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective)
             plan = next(p for p in plans if p.strategy == args.strategy)
         else:
             plans = None
-            plan = partition(graph, args.strategy, hw, args.time_limit, args.max_ops, progress)
+            plan = partition(graph, args.strategy, hw, args.time_limit, args.max_ops, progress, args.objective)
     finally:
         if progress is not None:
             sys.stderr.write("\r\033[K")
@@ -171,14 +185,23 @@ def _run(args: argparse.Namespace) -> int:
             text.append(resource_table(rows, width))
             text.append(f"compiled  {len(rows)} kernel(s){_no_kernel_summary(rendered.skipped)}\n")
     if runner is not None:
-        checks = run_and_check(plan, runner, args.seed)
-        data["run"] = [vars(c) for c in checks]
-        where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
         data["run_inputs"] = provenance(graph)
         text.append(provenance_text(graph, args.seed))
-        text.append(check_table(checks, f"Plan run on {where}, seed {args.seed}, against the NumPy reference "
-                                        "(tolerances in docs/backends.md)", width))
-        status = 0 if all(c.ok for c in checks) else 1
+        if args.profile and (args.sample_blocks or not emulated_whole(plan)):
+            sampled = runner.check_sampled(plan, args.seed, args.sample_blocks or SAMPLE_BLOCKS)
+            data["run"] = [c.to_dict() for c in sampled]
+            text.append(sampled_table(sampled, width))
+        else:
+            checks = run_and_check(plan, runner, args.seed)
+            data["run"] = [vars(c) for c in checks]
+            where = f"{args.backend}{' (CPU emulator)' if args.emulate else ''}"
+            text.append(check_table(checks, f"Plan run on {where}, seed {args.seed}, against the NumPy reference "
+                                            "(tolerances in docs/backends.md)", width))
+        status = 0 if all(c["ok"] for c in data["run"]) else 1
+        counted = runner.counters(width)
+        if counted is not None:
+            data["counters"] = counted.kernels
+            text.append(counted.text)
     if args.format == "json":
         print(json.dumps(data, indent=2))
     else:
@@ -209,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--arch applies to --compile: add --compile")
     if args.emulate and args.backend != "cuda":
         parser.error("--emulate runs the cuda backend: add --backend cuda")
+    if args.profile and not args.emulate:
+        parser.error("--profile counts on the CPU emulator: add --run --backend cuda --emulate")
+    if args.sample_blocks is not None and not args.profile:
+        parser.error("--sample-blocks applies to --profile: add --profile")
+    if args.sample_blocks is not None and args.sample_blocks < 1:
+        parser.error("--sample-blocks must be at least 1")
     if args.seed < 0:
         parser.error("--seed must be a non-negative integer")
     problem = args.out and unwritable(args.out, directory=True)

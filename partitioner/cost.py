@@ -8,8 +8,19 @@ For a fusion group ``G`` (all figures *modelled*, none measured):
   read by an op outside ``G``;
 * ``launches``: 1, or 0 for a group made only of views or only of empty results
   (which also reads nothing);
-* ``time = launches * launch_overhead + (bytes_read + bytes_written) / bandwidth``;
-* ``roofline = launches * launch_overhead + max(bytes / bandwidth, Σ FLOP / peak)``.
+* ``flops``: each op's FLOP per result element times the elements the kernel
+  computes of it, recomputation included (:func:`op_executions`: a pointwise
+  prologue of a contraction once per tile of the other operand, a value under a
+  broadcast once per element it is broadcast to);
+* ``time = launches * launch_overhead + max(bytes / bandwidth, Σ FLOP / peak)``,
+  each op's FLOP at the peak of the unit it runs on (the roofline; the default
+  objective);
+* ``traffic_time = launches * launch_overhead + bytes / bandwidth`` (the
+  memory-only objective);
+* ``energy = bytes · E_hbm + on-chip bytes · E_sram + Σ FLOP · E_flop`` (modelled
+  joules; the profile's per-byte and per-FLOP energies, with their sources).
+
+``objective(group, hw, kind)`` is each of these as an exact integer for the ILP.
 
 Budgets per group (estimates, checked against the hardware by ``legality.py``;
 their derivation is in ``docs/cost-model.md``): shared memory per block,
@@ -26,6 +37,10 @@ from .dtypes import compute_dtype, itemsize, reduction_accumulator
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes
+from .pooling import window_elements
+
+#: The objectives the ILP can minimise (``--objective``).
+OBJECTIVES = ("time", "traffic", "energy")
 
 # Tiling the contraction template uses (one source for the estimate and the backend):
 # a 128x128 output tile per block of 256 threads, K stepped 32 at a time, operand
@@ -88,7 +103,10 @@ class Budgets:
 
 @dataclass(frozen=True)
 class GroupCost:
-    """A built, priced group: bytes, launches, FLOP and times in microseconds, its
+    """A built, priced group: bytes, launches, FLOP (recomputation included; the
+    part of it that recomputes values in ``recomputed_flops``), modelled times in
+    microseconds (``modeled_time_us`` the roofline, ``traffic_time_us`` memory
+    only, ``compute_time_us`` FLOP at peak), modelled energy in microjoules, its
     budgets (under the op cap it was priced with), for an attention group the tiling
     its kernel uses, and the :class:`~partitioner.group.Group` itself, which reports
     and backends use as it is (nothing downstream rebuilds or re-prices a group)."""
@@ -99,8 +117,11 @@ class GroupCost:
     bytes_written: int
     launches: int
     flops: int
+    recomputed_flops: int
     modeled_time_us: float
-    roofline_time_us: float
+    traffic_time_us: float
+    compute_time_us: float
+    energy_uj: float
     budgets: Budgets
     tiling: "AttentionTiling | None"
     group: Group = field(compare=False, repr=False)
@@ -148,52 +169,134 @@ def attention_tiling(group: Group) -> AttentionTiling:
                            WARP * ATTN_WARPS, rows * itemsize(p.dtype))
 
 
-def op_flops(group: Group) -> dict[str, int]:
-    """FLOP per compute op of the group (the registry's counts)."""
+def op_executions(group: Group) -> dict[str, int]:
+    """Result elements the group's kernel computes of each of its ops, recomputation
+    included (modelled from how the templates work; ``docs/cost-model.md``).
+
+    A fused kernel never buffers a pointwise value: it computes it wherever a
+    consumer needs it. So an op is computed once per element each in-group consumer
+    reads of it (a broadcast's result element, a window's tap, a reduction's input
+    element) and, when it is written or dead, once per own element. A reduction or
+    contraction result is computed once and kept, however often it is read. Consumers in
+    the same stage of a reduction kernel share a computation (the larger demand
+    counts); each further stage recomputes it. A contraction reads its A operand
+    once per tile of N and its B operand once per tile of M (a conv's input once
+    per tap of its implicit GEMM); an attention kernel reads Q and the scores once,
+    and K and V once per query tile.
+
+    Returns
+    -------
+    dict of str to int
+        Op name -> elements computed (0 for an op nothing needs).
+    """
     g = group.graph
-    out = {}
-    for op in group.compute:
-        operands = [g.tensor(i) if isinstance(i, str) else i for i in op.inputs]
-        out[op.name] = op.spec.flops(operands, op.attrs, op.out)
-    return out
+    written = set(group.writes) | set(group.sinks)
+    demand: dict[str, dict[int, int]] = {name: {} for name in group.ops}
+    executions: dict[str, int] = {}
+    for name in reversed(group.ops):
+        op = g.ops[name]
+        own = op.out.numel if name in written else 0
+        n = max(own, sum(demand[name].values()))
+        if op.op_class in ("reduction", "contraction") and n:
+            n = op.out.numel  # computed once per result and kept (registers, shared memory)
+        executions[name] = n
+        stage = group.run_stage(op)
+        for position, tensor in enumerate(op.inputs):
+            producer = g.producer(tensor) if isinstance(tensor, str) else None
+            if producer is None or not group.mask >> g.index[producer] & 1:
+                continue
+            need = _operand_demand(group, op, position, n)
+            demand[producer][stage] = max(demand[producer].get(stage, 0), need)
+    return executions
+
+
+def _operand_demand(group: Group, op, position: int, executions: int) -> int:
+    """Elements of operand ``position`` that ``executions`` result elements of ``op``
+    read (see :func:`op_executions`)."""
+    g = group.graph
+    operand = g.tensor(op.inputs[position])
+    if op.op_class == "contraction":
+        return _contraction_reads(group, op, position, operand.numel)
+    if op.op_class == "reduction":
+        return executions * (operand.numel // max(op.out.numel, 1))
+    if op.op_class == "window":
+        return executions * window_elements(op.attrs)
+    return executions
+
+
+def _contraction_reads(group: Group, op, position: int, numel: int) -> int:
+    """Operand elements a contraction's kernel loads: A once per N tile and B once
+    per M tile (as an implicit GEMM: a conv's A is its input windows), a bias once
+    per output element; in an attention kernel, Q and the scores once, K and V once
+    per query tile."""
+    if group.kind == "attention":  # position 1 is K (first product) or V (second)
+        return numel * attention_tiling(group).q_tiles if position == 1 else numel
+    batch, m, n, k = contraction_dims(group)
+    if position == 0:
+        return batch * m * k * -(-n // TILE_N)
+    if position == 1:
+        return batch * k * n * -(-m // TILE_M)
+    return batch * m * n
+
+
+def flops_once(graph, op) -> int:
+    """FLOP to compute ``op``'s result once (the registry's count)."""
+    operands = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+    return op.spec.flops(operands, op.attrs, op.out)
+
+
+def op_flops(group: Group) -> dict[str, int]:
+    """FLOP per compute op of the group: the registry's count for one result, scaled
+    to the elements the kernel computes (:func:`op_executions`), rounded up."""
+    executions = op_executions(group)
+    return {op.name: -(-flops_once(group.graph, op) * executions[op.name] // op.out.numel) if op.out.numel else 0
+            for op in group.compute}
+
+
+def flop_unit(op) -> tuple[str, bool]:
+    """(dtype, on tensor cores) of the unit ``op``'s arithmetic runs on: contractions
+    on tensor cores at their operand dtype; other math in float32 (float64 stays)."""
+    contraction = op.op_class == "contraction"
+    return (op.promoted if contraction else compute_dtype(op.promoted)), contraction
 
 
 def op_compute_seconds(group: Group, hw: Hardware) -> dict[str, float]:
-    """Seconds each compute op of the group needs at peak FLOP rate, computing its
-    result once (the registry's FLOP counts over ``hw.peak_flops``)."""
-    out = {}
-    for name, flops in op_flops(group).items():
-        op = group.graph.ops[name]
-        contraction = op.op_class == "contraction"
-        # Contractions run on tensor cores at their operand dtype; other math runs in float32.
-        dtype = op.promoted if contraction else compute_dtype(op.promoted)
-        out[name] = flops / hw.peak_flops(dtype, contraction)
-    return out
+    """Seconds each compute op of the group needs at the peak FLOP rate of its unit,
+    recomputation included (:func:`op_flops` over ``hw.peak_flops``)."""
+    return {name: flops / hw.peak_flops(*flop_unit(group.graph.ops[name]))
+            for name, flops in op_flops(group).items()}
+
+
+def _recomputed(group: Group, flops: dict[str, int]) -> int:
+    """FLOP beyond computing each op's result once."""
+    once = sum(flops_once(group.graph, op) for op in group.compute)
+    return max(0, sum(flops.values()) - once)
 
 
 def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> GroupCost:
     """The modelled cost and budgets of ``group`` on ``hw`` (no legality check).
 
-    Modelled time is launch overhead plus bytes moved over HBM bandwidth; the
-    roofline time puts the larger of memory and compute time after the launch
-    (``docs/cost-model.md``).
+    Modelled time is the launch overhead plus the larger of the bytes moved over
+    HBM bandwidth and the FLOP (recomputation included) over the peak of the unit
+    each op runs on; traffic time leaves the FLOP out (``docs/cost-model.md``).
 
     Parameters
     ----------
     group : Group
         A fusion group (:meth:`Group.of`).
     hw : Hardware
-        Bandwidth (bytes/s), launch overhead (s), peak FLOP/s and the budgets' limits.
+        Bandwidth (bytes/s), launch overhead (s), peak FLOP/s, energies per byte
+        and per FLOP (pJ) and the budgets' limits.
     max_ops : int
         The op cap reported among the budgets.
 
     Returns
     -------
     GroupCost
-        Bytes read and written, launches, FLOP, ``modeled_time_us`` and
-        ``roofline_time_us`` (microseconds, modelled), the :class:`Budgets`
-        estimates and limits, the attention tiling for an attention group, and the
-        group itself.
+        Bytes read and written, launches, FLOP, ``modeled_time_us``,
+        ``traffic_time_us`` and ``compute_time_us`` (microseconds, modelled),
+        ``energy_uj`` (microjoules, modelled), the :class:`Budgets` estimates and
+        limits, the attention tiling for an attention group, and the group itself.
 
     Examples
     --------
@@ -201,38 +304,89 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
     >>> from partitioner.group import Group
     >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
     >>> c = group_cost(Group.of(g, ["h:weight_t", "h:matmul", "h", "a"]), load_hardware("h100"))
-    >>> c.kind, c.bytes_read, c.bytes_written, c.flops
-    ('contraction', 25174016, 67108864, 68786585600)
-    >>> round(c.modeled_time_us, 2), round(c.roofline_time_us, 2)
-    (28.55, 71.45)
+    >>> c.kind, c.bytes_read, c.bytes_written, c.flops, c.recomputed_flops
+    ('contraction', 25174016, 67108864, 68786585600, 0)
+    >>> round(c.traffic_time_us, 2), round(c.compute_time_us, 2), round(c.modeled_time_us, 2)
+    (28.55, 70.45, 71.45)
     >>> c.budgets.shared_memory, c.budgets.shared_memory_limit
     (32768, 232448)
     """
     moved = group.bytes_read + group.bytes_written
-    memory_s = moved / hw.bandwidth
+    flops = op_flops(group)
     launch_s = group.launches * hw.launch_overhead
-    flops = sum(op_flops(group).values())
     return GroupCost(
         ops=group.ops,
         kind=group.kind,
         bytes_read=group.bytes_read,
         bytes_written=group.bytes_written,
         launches=group.launches,
-        flops=flops,
-        modeled_time_us=(launch_s + memory_s) * 1e6,
-        roofline_time_us=(launch_s + max(memory_s, sum(op_compute_seconds(group, hw).values()))) * 1e6,
+        flops=sum(flops.values()),
+        recomputed_flops=_recomputed(group, flops),
+        modeled_time_us=display_value(objective(group, hw, "time"), hw, "time"),
+        traffic_time_us=(launch_s + moved / hw.bandwidth) * 1e6,
+        compute_time_us=sum(op_compute_seconds(group, hw).values()) * 1e6,
+        energy_uj=display_value(objective(group, hw, "energy"), hw, "energy"),
         budgets=budgets(group, hw, max_ops),
         tiling=attention_tiling(group) if group.kind == "attention" else None,
         group=group,
     )
 
 
-def objective(group: Group, hw: Hardware) -> int:
-    """Integer objective of a group: ``launches * launch_bytes + bytes`` where
-    ``launch_bytes = launch_overhead * bandwidth`` is scaled to an integer with the
-    bytes by the same factor. Proportional to ``modeled_time``; exact (no rounding)."""
+def on_chip_bytes(group: Group) -> int:
+    """Bytes the group's ops read from registers or shared memory: every operand
+    element an op reads (:func:`op_executions`' demands), at its dtype's size, less
+    what the group reads from global memory (counted as HBM bytes)."""
+    g = group.graph
+    executions = op_executions(group)
+    total = 0
+    for op in group.compute:
+        for position, tensor in enumerate(op.inputs):
+            if isinstance(tensor, str):
+                t = g.tensor(tensor)
+                total += _operand_demand(group, op, position, executions[op.name]) * itemsize(t.dtype)
+    return max(0, total - group.bytes_read)
+
+
+def display_value(units: float, hw: Hardware, kind: str) -> float:
+    """An :func:`objective` value (or a sum or bound of them) in its display unit:
+    microseconds for ``time`` and ``traffic``, microjoules for ``energy``."""
+    return units * 1e-9 if kind == "energy" else units / hw.time_units_per_s * 1e6
+
+
+#: The display unit of each objective.
+UNITS = {"time": "us", "traffic": "us", "energy": "uJ"}
+
+
+def objective(group: Group, hw: Hardware, kind: str = "time") -> int:
+    """Exact integer objective of a group, for the ILP.
+
+    ``time`` and ``traffic`` are in units of ``1 / hw.time_units_per_s`` seconds
+    (the time one byte takes over HBM, or a fraction of it): launches times the
+    launch overhead, plus the bytes (``traffic``) or the larger of the bytes and the
+    FLOP at peak (``time``). The FLOP term is the one rational part: it is rounded up
+    to a whole unit per group, so the optimum is exact over costs within one unit
+    (under a femtosecond on the built-in profiles) of the real-valued ones.
+    ``energy`` is in femtojoules: HBM bytes, on-chip bytes and FLOP at the
+    profile's energies (exact: each is a whole number of femtojoules).
+
+    Raises
+    ------
+    ValueError
+        An unknown ``kind``.
+    """
+    if kind == "energy":
+        flop_energy = sum(flops * hw.flop_energy_fj(*flop_unit(group.graph.ops[name]))
+                          for name, flops in op_flops(group).items())
+        return ((group.bytes_read + group.bytes_written) * hw.hbm_energy_fj
+                + on_chip_bytes(group) * hw.sram_energy_fj + flop_energy)
     launch = hw.launch_bytes
-    return group.launches * launch.numerator + (group.bytes_read + group.bytes_written) * launch.denominator
+    memory = (group.bytes_read + group.bytes_written) * launch.denominator
+    if kind == "traffic":
+        return group.launches * launch.numerator + memory
+    if kind != "time":
+        raise ValueError(f"unknown objective {kind!r} (known: {', '.join(OBJECTIVES)})")
+    compute = sum(flops * hw.flop_units(*flop_unit(group.graph.ops[name])) for name, flops in op_flops(group).items())
+    return group.launches * launch.numerator + max(memory, math.ceil(compute))
 
 
 # ---------------------------------------------------------------- budgets

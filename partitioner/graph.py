@@ -244,6 +244,33 @@ class Graph:
         of none of them computes nothing and launches nothing (``Group.empty``)."""
         return self.mask(name for name, op in self.ops.items() if not op.is_view and op.out.numel)
 
+    def touched_bytes(self, op_name: str, storage: str) -> int:
+        """Bytes of ``storage`` that op ``op_name`` reads (the op reads it): a slice
+        touches the elements it selects, a gather at most one table element per result
+        element (its indices are data: a bound, never above the table), every other
+        op the whole storage. Counted in elements; a strided slice's partly used
+        sectors are not counted."""
+        op, full = self.ops[op_name], self.tensor(storage).nbytes
+        selecting = op.kind == "slice" or op.kind == "gather" and self.storage[op.inputs[1]] != storage
+        if not selecting or self.storage[op.inputs[0]] != storage:
+            return full
+        return min(full, op.out.numel * self.tensor(storage).nbytes // max(self.tensor(storage).numel, 1))
+
+    def least_touched(self, storage: str, readers: int = -1) -> int:
+        """The fewest bytes of ``storage`` any one of its non-view readers (those in the
+        bitset ``readers``) touches (:meth:`touched_bytes`): at least what a group
+        reading it through them reads; 0 when none reads it."""
+        mask = self.storage_readers.get(storage, 0) & readers
+        return min((self.touched_bytes(r, storage) for r in self.names(mask)), default=0)
+
+    def all_touched(self, storage: str, readers: int = -1) -> int:
+        """The bytes of ``storage`` its non-view readers (those in the bitset
+        ``readers``) touch together, at most the storage: at least what all the
+        groups holding them read of it (each group reads at most the storage, so
+        the groups' reads add up to at least this)."""
+        mask = self.storage_readers.get(storage, 0) & readers
+        return min(self.tensor(storage).nbytes, sum(self.touched_bytes(r, storage) for r in self.names(mask)))
+
     def last_readers(self, ops: Iterable[str]) -> dict[str, int]:
         """Tensor -> position (in ``ops``) of the last of ``ops`` that reads it, for
         the tensors they read: when a value held for them can be dropped."""

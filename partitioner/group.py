@@ -28,7 +28,8 @@ class Group:
             with reductions: only a FlashAttention-style group can be legal so)
             or ``single`` (a gather or custom op).
         reads: storages the group reads from global memory (produced outside it or
-            graph inputs), each once.
+            graph inputs), each once; ``bytes_read`` counts the bytes of them its
+            ops touch.
         writes: storages produced in the group that are graph outputs or read by an
             op outside it.
         sinks: storages produced in the group that nothing in it reads and that are
@@ -115,9 +116,18 @@ class Group:
 
     @cached_property
     def bytes_read(self) -> int:
+        """Bytes read from global memory: per storage read, what the group's readers
+        of it touch (``Graph.touched_bytes``: a slice its elements, a gather at most
+        a table element per result element), summed and at most the storage."""
         if self.empty:  # no element is computed, so no operand is read
             return 0
-        return sum(self.graph.tensor(s).nbytes for s in self.reads)
+        g = self.graph
+        touched = dict.fromkeys(self.reads, 0)
+        for op in self.compute:
+            for base in g.storage_reads[op.name]:
+                if base in touched:
+                    touched[base] += g.touched_bytes(op.name, base)
+        return sum(min(g.tensor(s).nbytes, n) for s, n in touched.items())
 
     @cached_property
     def bytes_written(self) -> int:

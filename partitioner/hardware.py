@@ -9,7 +9,7 @@ give from a built-in profile.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
 
@@ -30,6 +30,16 @@ _GUIDE_CC80 = "CUDA C++ Programming Guide, Technical Specifications per Compute 
 _GUIDE_PARAMS = "CUDA C++ Programming Guide, Function Parameters: 32,764 bytes since CUDA 12.1 (Volta and newer)"
 _XLA_LAUNCH = "XLA GPU performance model, kKernelLaunchOverhead (xla/service/gpu/model/gpu_performance_model_base.h)"
 _DENSE = " (dense: half the datasheet's with-sparsity figure)"
+_HOROWITZ = ("estimate: M. Horowitz, 'Computing's energy problem', ISSCC 2014, energies at 45 nm "
+             "(upper estimates for a 4-7 nm GPU); ")
+ENERGY_SOURCES = {
+    "hbm_pj_per_byte": "estimate: 3.9 pJ/bit for HBM2 (M. O'Connor et al., 'Fine-Grained DRAM', MICRO 2017) "
+                       "x 8 bits",
+    "sram_pj_per_byte": _HOROWITZ + "an 8 KB SRAM read of 64 bits, 10 pJ, per byte",
+    "fp32_pj_per_flop": _HOROWITZ + "a float32 add (0.9 pJ) and multiply (3.7 pJ), per FLOP of the pair",
+    "fp64_pj_per_flop": "estimate: twice the float32 figure (a 53-bit multiplier array against a 24-bit one)",
+    "tensor_pj_per_flop": _HOROWITZ + "a float16 add (0.4 pJ) and multiply (1.1 pJ), per FLOP of the pair",
+}
 LAUNCH_BYTES_DENOMINATOR = 1000
 
 
@@ -49,6 +59,10 @@ class Hardware:
         registers_per_thread / registers_per_sm: 32-bit registers.
         kernel_param_bytes: kernel-parameter space.
         launch_overhead_us: modelled cost of one kernel launch, microseconds.
+        hbm_pj_per_byte / sram_pj_per_byte: energy of moving a byte between HBM and
+            the chip / out of registers or shared memory, picojoules (estimates).
+        fp32_pj_per_flop / fp64_pj_per_flop / tensor_pj_per_flop: energy of one FLOP
+            on the CUDA cores / in float64 / on tensor cores, picojoules (estimates).
         sources: field name -> where the number comes from.
     """
 
@@ -66,7 +80,16 @@ class Hardware:
     registers_per_sm: int
     kernel_param_bytes: int
     launch_overhead_us: float
+    hbm_pj_per_byte: float = 31.2
+    sram_pj_per_byte: float = 1.25
+    fp32_pj_per_flop: float = 2.3
+    fp64_pj_per_flop: float = 4.6
+    tensor_pj_per_flop: float = 0.75
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        # the energies are estimates every profile shares unless it gives its own
+        object.__setattr__(self, "sources", {**ENERGY_SOURCES, **self.sources})
 
     @property
     def bandwidth(self) -> float:
@@ -91,19 +114,59 @@ class Hardware:
         return exact if exact.denominator <= LAUNCH_BYTES_DENOMINATOR else Fraction(
             round(exact * LAUNCH_BYTES_DENOMINATOR), LAUNCH_BYTES_DENOMINATOR)
 
+    @property
+    def time_units_per_s(self) -> int:
+        """Units of the ILP's integer time per second: bandwidth times the launch
+        bytes' denominator, so that a byte and a launch are whole units."""
+        return int(Fraction(str(self.hbm_bandwidth_gb_per_s)) * 10**9 * self.launch_bytes.denominator)
+
+    def flop_units(self, dtype: str, contraction: bool) -> Fraction:
+        """Integer-time units (:attr:`time_units_per_s`) one FLOP takes at the peak of
+        its unit, exactly (the profile's decimal figures as fractions)."""
+        return Fraction(self.time_units_per_s) / (_peak_tflops(self, dtype, contraction) * 10**12)
+
+    @property
+    def hbm_energy_fj(self) -> int:
+        """Femtojoules per HBM byte (the profile's picojoules, to the femtojoule)."""
+        return _femtojoules(self.hbm_pj_per_byte)
+
+    @property
+    def sram_energy_fj(self) -> int:
+        """Femtojoules per on-chip byte."""
+        return _femtojoules(self.sram_pj_per_byte)
+
+    def flop_energy_fj(self, dtype: str, contraction: bool) -> int:
+        """Femtojoules per FLOP on the unit an op computing in ``dtype`` runs on."""
+        if contraction and dtype in ("float16", "bfloat16"):
+            return _femtojoules(self.tensor_pj_per_flop)
+        return _femtojoules(self.fp64_pj_per_flop if dtype == "float64" else self.fp32_pj_per_flop)
+
     def peak_flops(self, dtype: str, contraction: bool) -> float:
         """Peak FLOP/s for an op computing in ``dtype``: tensor cores for half-precision
         contractions, CUDA cores otherwise (elementwise math runs in float32)."""
-        if contraction and dtype == "float16":
-            return self.peak_fp16_tensor_tflops * 1e12
-        if contraction and dtype == "bfloat16":
-            return self.peak_bf16_tensor_tflops * 1e12
-        if dtype == "float64":
-            return self.peak_fp64_tflops * 1e12
-        return self.peak_fp32_tflops * 1e12
+        return float(_peak_tflops(self, dtype, contraction)) * 1e12
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _peak_tflops(hw: Hardware, dtype: str, contraction: bool) -> Fraction:
+    """The peak, in TFLOP/s, of the unit an op computing in ``dtype`` runs on, as an
+    exact fraction of the profile's decimal figure."""
+    if contraction and dtype == "float16":
+        value = hw.peak_fp16_tensor_tflops
+    elif contraction and dtype == "bfloat16":
+        value = hw.peak_bf16_tensor_tflops
+    elif dtype == "float64":
+        value = hw.peak_fp64_tflops
+    else:
+        value = hw.peak_fp32_tflops
+    return Fraction(str(value))
+
+
+def _femtojoules(picojoules: float) -> int:
+    """``picojoules`` in whole femtojoules (exact for figures of up to three decimals)."""
+    return round(Fraction(str(picojoules)) * 1000)
 
 
 def _hopper(name: str, bandwidth: float, datasheet: str) -> Hardware:
@@ -177,6 +240,8 @@ PROFILES: dict[str, Hardware] = {
 }
 
 _NUMBER_FIELDS = [f.name for f in fields(Hardware) if f.name not in ("name", "sources")]
+# the energies have shared defaults (ENERGY_SOURCES); every other number must be given
+_REQUIRED_FIELDS = [f.name for f in fields(Hardware) if f.name in _NUMBER_FIELDS and f.default is MISSING]
 _INTEGER_FIELDS = [f.name for f in fields(Hardware) if f.type == "int"]
 _PROFILE_SCHEMA = {
     "type": "object",
@@ -254,7 +319,7 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
     base = PROFILES[data["base"]].to_dict() if "base" in data else {}
     given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
-    missing = [k for k in _NUMBER_FIELDS if k not in given and k not in base]
+    missing = [k for k in _REQUIRED_FIELDS if k not in given and k not in base]
     if missing:
         raise HardwareError(f"{spec}: missing field {', '.join(missing)}")
     unsourced = [k for k in given if k not in data.get("sources", {})]

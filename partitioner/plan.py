@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .cost import DEFAULT_MAX_OPS, GroupCost, group_cost
+from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
@@ -22,8 +22,14 @@ class PlanCost:
         groups: one :class:`GroupCost` per group, in plan (launch) order.
         bytes_read, bytes_written: global-memory traffic, bytes.
         launches: kernel launches.
-        modeled_time_us: Σ launch overhead + bytes / bandwidth, microseconds (modelled).
-        roofline_time_us: Σ launch overhead + max(bytes / bandwidth, FLOP / peak) (modelled).
+        flops, recomputed_flops: FLOP the kernels compute, and the part of it that
+            recomputes values (modelled).
+        modeled_time_us: Σ launch overhead + max(bytes / bandwidth, FLOP / peak),
+            microseconds (modelled: the roofline, the ``time`` objective).
+        traffic_time_us: Σ launch overhead + bytes / bandwidth (modelled, the
+            memory-only ``traffic`` objective).
+        energy_uj: Σ energy of the HBM bytes, on-chip bytes and FLOP, microjoules
+            (modelled, the ``energy`` objective).
     """
 
     groups: tuple[GroupCost, ...]
@@ -41,12 +47,29 @@ class PlanCost:
         return sum(g.launches for g in self.groups)
 
     @property
+    def flops(self) -> int:
+        return sum(g.flops for g in self.groups)
+
+    @property
+    def recomputed_flops(self) -> int:
+        return sum(g.recomputed_flops for g in self.groups)
+
+    @property
     def modeled_time_us(self) -> float:
         return sum(g.modeled_time_us for g in self.groups)
 
     @property
-    def roofline_time_us(self) -> float:
-        return sum(g.roofline_time_us for g in self.groups)
+    def traffic_time_us(self) -> float:
+        return sum(g.traffic_time_us for g in self.groups)
+
+    @property
+    def energy_uj(self) -> float:
+        return sum(g.energy_uj for g in self.groups)
+
+    def value(self, objective: str) -> float:
+        """The plan's total under ``objective`` (``cost.OBJECTIVES``), in its display
+        unit: modelled microseconds, or microjoules for ``energy``."""
+        return {"time": self.modeled_time_us, "traffic": self.traffic_time_us, "energy": self.energy_uj}[objective]
 
 
 def _launch_order(graph: Graph, groups: list[Group]) -> list[Group]:
@@ -80,8 +103,8 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     Returns
     -------
     PlanCost
-        Totals (bytes read and written, launches, modelled and roofline time in
-        microseconds) and one :class:`~partitioner.cost.GroupCost` per group, in launch order.
+        Totals (bytes read and written, launches, FLOP, modelled and traffic time in
+        microseconds, energy in microjoules) and one :class:`~partitioner.cost.GroupCost` per group, in launch order.
 
     Raises
     ------
@@ -95,7 +118,7 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     >>> g = load_graph("graphs/mlp_gelu_f16.yaml")
     >>> cost = evaluate(g, [["h:weight_t", "h:matmul", "h", "a"], ["y:weight_t", "y:matmul", "y"]])
     >>> cost.launches, round(cost.modeled_time_us, 2)
-    (2, 57.09)
+    (2, 142.02)
     >>> evaluate(g, [list(g.ops)])
     Traceback (most recent call last):
     ...
@@ -116,17 +139,19 @@ class SolverInfo:
 
     Attributes:
         status: ``OPTIMAL`` (proven), ``FEASIBLE`` (time limit; ``gap`` tells how far
-            from proven), ``GREEDY`` (the ILP found nothing better than its warm
-            start), ``HEURISTIC`` for greedy, ``UNFUSED`` for none.
+            from proven), ``WARM_START`` (the ILP found nothing better than its
+            warm start, the cheapest heuristic plan: ``details["warm_start"]``
+            names it), ``HEURISTIC`` for the heuristics, ``UNFUSED`` for none.
         wall_s: planning wall time, seconds (measured on this machine).
-        bound_us: a lower bound on the modelled time of any legal plan, or ``None``.
-        gap: ``(time - bound) / time``, or ``None`` without a bound.
+        bound: a lower bound on the objective of any legal plan, in its display
+            unit (microseconds, or microjoules for ``energy``), or ``None``.
+        gap: ``(value - bound) / value``, or ``None`` without a bound.
         details: strategy-specific counters (candidates, cuts, ...).
     """
 
     status: str
     wall_s: float
-    bound_us: float | None = None
+    bound: float | None = None
     gap: float | None = None
     details: dict = field(default_factory=dict)
 
@@ -151,6 +176,7 @@ class Plan:
     cost: PlanCost
     solver: SolverInfo
     max_ops: int = DEFAULT_MAX_OPS
+    objective: str = "time"
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the CLI's ``--format json`` object)."""
@@ -159,6 +185,7 @@ class Plan:
             "hardware": self.hardware.name,
             "strategy": self.strategy,
             "max_ops": self.max_ops,
+            "objective": self.objective,
             "groups": [
                 {
                     "ops": list(g.ops),
@@ -167,8 +194,11 @@ class Plan:
                     "bytes_written": g.bytes_written,
                     "launches": g.launches,
                     "flops": g.flops,
+                    "recomputed_flops": g.recomputed_flops,
                     "modeled_time_us": g.modeled_time_us,
-                    "roofline_time_us": g.roofline_time_us,
+                    "traffic_time_us": g.traffic_time_us,
+                    "compute_time_us": g.compute_time_us,
+                    "energy_uj": g.energy_uj,
                     "budgets": {
                         name: {"used": getattr(g.budgets, name), "limit": getattr(g.budgets, name + "_limit")}
                         for name in ("shared_memory", "registers", "kernel_params", "ops")
@@ -181,13 +211,17 @@ class Plan:
                 "bytes_read": self.cost.bytes_read,
                 "bytes_written": self.cost.bytes_written,
                 "launches": self.cost.launches,
+                "flops": self.cost.flops,
+                "recomputed_flops": self.cost.recomputed_flops,
                 "modeled_time_us": self.cost.modeled_time_us,
-                "roofline_time_us": self.cost.roofline_time_us,
+                "traffic_time_us": self.cost.traffic_time_us,
+                "energy_uj": self.cost.energy_uj,
             },
             "solver": {
                 "status": self.solver.status,
                 "wall_s": self.solver.wall_s,
-                "bound_us": self.solver.bound_us,
+                "bound": self.solver.bound,
+                "bound_unit": UNITS[self.objective],
                 "gap": self.solver.gap,
                 **self.solver.details,
             },

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .cost import UNITS
 from .plan import Plan
 
 _MODELLED = "modelled by the cost model (docs/cost-model.md), not measured"
@@ -41,8 +42,9 @@ def _header(plan: Plan) -> list[str]:
         shown = ", ".join(g.dead_ops[:8]) + (", ..." if len(g.dead_ops) > 8 else "")
         lines.append(f"dead code {len(g.dead_ops)} op(s) reach no output and are kept: {shown}")
     s = plan.solver
-    bound = "" if s.bound_us is None else f", lower bound {s.bound_us:,.1f} us, gap {_gap(plan)}"
-    lines.append(f"strategy  {plan.strategy}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
+    bound = "" if s.bound is None else f", lower bound {s.bound:,.1f} {UNITS[plan.objective]}, gap {_gap(plan)}"
+    goal = f" (objective: {plan.objective})" if plan.strategy == "ilp" else ""
+    lines.append(f"strategy  {plan.strategy}{goal}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
     if s.details.get("stopped_by"):
         lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}; "
                      "a larger --time-limit searches further")
@@ -124,10 +126,11 @@ def _over(b) -> str:
 
 def _groups_table(plan: Plan, width: int) -> str:
     kernels = [(k, g) for k, g in enumerate(plan.cost.groups) if g.kind != "view"]
-    full = (["#", "kind", "ops", "read MB", "written MB", "time us", "roofline us", "smem B", "regs", "params B",
-             "ops/cap"],
+    full = (["#", "kind", "ops", "read MB", "written MB", "time us", "traffic us", "compute us", "energy uJ",
+             "smem B", "regs", "params B", "ops/cap"],
             [[str(k), g.kind, ", ".join(g.ops), _mb(g.bytes_read), _mb(g.bytes_written), f"{g.modeled_time_us:,.2f}",
-              f"{g.roofline_time_us:,.2f}", _budget(g.budgets.shared_memory, g.budgets.shared_memory_limit),
+              f"{g.traffic_time_us:,.2f}", f"{g.compute_time_us:,.2f}", f"{g.energy_uj:,.1f}",
+              _budget(g.budgets.shared_memory, g.budgets.shared_memory_limit),
               _budget(g.budgets.registers, g.budgets.registers_limit),
               _budget(g.budgets.kernel_params, g.budgets.kernel_params_limit),
               _budget(g.budgets.ops, g.budgets.ops_limit)] for k, g in kernels])
@@ -153,9 +156,11 @@ def _views_line(plan: Plan) -> str | None:
 
 def _totals_line(plan: Plan) -> str:
     c = plan.cost
+    recomputed = f" ({c.recomputed_flops / 1e9:,.2f} recomputed)" if c.recomputed_flops else ""
     return (
         f"totals    launches {c.launches}, read {_mb(c.bytes_read)} MB, written {_mb(c.bytes_written)} MB, "
-        f"time {c.modeled_time_us:,.1f} us, roofline {c.roofline_time_us:,.1f} us ({_MODELLED})"
+        f"{c.flops / 1e9:,.2f} GFLOP{recomputed}; time {c.modeled_time_us:,.1f} us, traffic-only time "
+        f"{c.traffic_time_us:,.1f} us, energy {c.energy_uj:,.1f} uJ ({_MODELLED})"
     )
 
 
@@ -167,18 +172,20 @@ COMPILERS = ("xla", "xla-fmha", "tvm", "inductor")
 
 
 def ilp_advantage(plans: list[Plan], among: tuple[str, ...] = HEURISTICS) -> dict | None:
-    """How much faster (modelled) the ``ilp`` plan is than the best plan of the
-    strategies ``among`` in ``plans``: ``{"best": name, "best_us": ..., "ilp_us": ...,
-    "saving": fraction}``, where ``saving = 1 - ilp / best``; ``None`` without an ilp
-    plan or one of ``among``."""
+    """How much better (modelled, under the ilp plan's objective) the ``ilp`` plan is
+    than the best plan of the strategies ``among`` in ``plans``: ``{"objective": ...,
+    "unit": "us" or "uJ", "best": name, "best_value": ..., "ilp_value": ..., "saving":
+    fraction}``, where ``saving = 1 - ilp / best``; ``None`` without an ilp plan or
+    one of ``among``."""
     by_name = {p.strategy: p for p in plans}
     rivals = [by_name[n] for n in among if n in by_name]
     if "ilp" not in by_name or not rivals:
         return None
-    best = min(rivals, key=lambda p: p.cost.modeled_time_us)  # the first of ``among`` on a tie
-    ilp_us, best_us = by_name["ilp"].cost.modeled_time_us, best.cost.modeled_time_us
-    return {"best": best.strategy, "best_us": best_us, "ilp_us": ilp_us,
-            "saving": 1 - ilp_us / best_us if best_us else 0.0}
+    goal = by_name["ilp"].objective
+    best = min(rivals, key=lambda p: p.cost.value(goal))  # the first of ``among`` on a tie
+    ilp, value = by_name["ilp"].cost.value(goal), best.cost.value(goal)
+    return {"objective": goal, "unit": UNITS[goal], "best": best.strategy, "best_value": value, "ilp_value": ilp,
+            "saving": 1 - ilp / value if value else 0.0}
 
 
 def comparison_table(plans: list[Plan], width: int = PIPED_WIDTH) -> str:
@@ -186,20 +193,25 @@ def comparison_table(plans: list[Plan], width: int = PIPED_WIDTH) -> str:
     plan, each plan's time relative to it."""
     base = next((p for p in plans if p.strategy == "none"), plans[0])
     ilp = next((p for p in plans if p.strategy == "ilp"), None)
-    headers = ["strategy", "launches", "read MB", "written MB", "time us", "vs none"]
-    headers += ["vs ilp"] if ilp is not None else []
+    goal = ilp.objective if ilp is not None else "time"
+    headers = ["strategy", "launches", "read MB", "written MB", "time us", "traffic us", "energy uJ",
+               f"vs none ({goal})"]
+    headers += [f"vs ilp ({goal})"] if ilp is not None else []
     headers += ["plan time s", "status", "gap"]
     rows = []
     for p in plans:
         c = p.cost
         row = [p.strategy, str(c.launches), _mb(c.bytes_read), _mb(c.bytes_written), f"{c.modeled_time_us:,.1f}",
-               f"{base.cost.modeled_time_us / c.modeled_time_us:.2f}x" if c.modeled_time_us else "-"]
+               f"{c.traffic_time_us:,.1f}", f"{c.energy_uj:,.1f}",
+               f"{base.cost.value(goal) / c.value(goal):.2f}x" if c.value(goal) else "-"]
         if ilp is not None:
-            row.append(f"{c.modeled_time_us / ilp.cost.modeled_time_us:.3f}x" if ilp.cost.modeled_time_us else "-")
+            row.append(f"{c.value(goal) / ilp.cost.value(goal):.3f}x" if ilp.cost.value(goal) else "-")
         rows.append(row + [f"{p.solver.wall_s:.2f}", p.solver.status, _gap(p)])
-    keep = [k for k, h in enumerate(headers) if h not in ("read MB", "written MB", "vs none", "plan time s")]
+    shown = {"time": "time us", "traffic": "traffic us", "energy": "energy uJ"}[goal]
+    dropped = {"read MB", "written MB", "time us", "traffic us", "energy uJ", f"vs none ({goal})", "plan time s"}
+    keep = [k for k, h in enumerate(headers) if h not in dropped - {shown}]
     compact = ([headers[k] for k in keep], [[row[k] for k in keep] for row in rows])
-    title = f"Strategies compared (bytes and times {_MODELLED}; plan time {_MEASURED})"
+    title = f"Strategies compared (bytes, times and energy {_MODELLED}; plan time {_MEASURED})"
     return table_text(title, [(headers, rows), compact], set(), width, {"strategy", "status"})
 
 
@@ -210,8 +222,10 @@ def advantage_lines(plans: list[Plan]) -> list[str]:
     for among, what in ((HEURISTICS, "best heuristic"), (COMPILERS, "best compiler baseline")):
         adv = ilp_advantage(plans, among)
         if adv is not None:
-            lines.append(f"ilp vs {what} ({adv['best']}): {adv['ilp_us']:,.1f} us vs {adv['best_us']:,.1f} us, "
-                         f"{adv['saving']:.2%} less modelled time")
+            less = "less modelled energy" if adv["objective"] == "energy" else (
+                "less modelled time" if adv["objective"] == "time" else "less modelled traffic time")
+            lines.append(f"ilp vs {what} ({adv['best']}): {adv['ilp_value']:,.1f} {adv['unit']} vs "
+                         f"{adv['best_value']:,.1f} {adv['unit']}, {adv['saving']:.2%} {less}")
     return lines
 
 

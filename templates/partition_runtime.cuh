@@ -18,6 +18,25 @@
 
 #define PART_DEV __device__ __forceinline__
 
+// ---- memory accesses, named for the emulator's counters (docs/backends.md, "Counters"):
+// PART_LDG(x[i]) reads global memory, PART_STG(y[i]) = v writes it, PART_LDS and PART_STS
+// the same in shared memory; PART_REGION("main loop") names the accesses of the
+// enclosing scope. On the GPU, and on the emulator unless it counts (-DEMU_PROFILE),
+// each is the access itself (PART_LDG(x[i]) is x[i]) and a region is nothing.
+#if defined(PARTITION_EMULATOR) && defined(EMU_PROFILE)
+#define PART_LDG(...) EMU_ACCESS(::emu::prof::LDG, __VA_ARGS__)
+#define PART_STG(...) EMU_ACCESS(::emu::prof::STG, __VA_ARGS__)
+#define PART_LDS(...) EMU_ACCESS(::emu::prof::LDS, __VA_ARGS__)
+#define PART_STS(...) EMU_ACCESS(::emu::prof::STS, __VA_ARGS__)
+#define PART_REGION(name) EMU_REGION(name)
+#else
+#define PART_LDG(...) (__VA_ARGS__)
+#define PART_STG(...) (__VA_ARGS__)
+#define PART_LDS(...) (__VA_ARGS__)
+#define PART_STS(...) (__VA_ARGS__)
+#define PART_REGION(name)
+#endif
+
 // ---- storage -> register (half types compute in float32)
 PART_DEV float part_load(__half x) { return __half2float(x); }
 PART_DEV float part_load(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -265,6 +284,9 @@ PART_DEV int part_frag_c_col(int t, int i) { return 2 * t + (i & 1); }
 // products and sums in float32, k ascending, starting from c (half types: the float32
 // product below is plain CUDA and runs on the emulator as it is).
 template <class T> PART_DEV void part_mma(float c[4], const part_frag_a<T>& a, const part_frag_b<T>& b) {
+#ifdef EMU_PROFILE
+  emu::prof::warp_op(emu::prof::MMA);
+#endif
   struct Both { part_frag_a<T> a; part_frag_b<T> b; };
   Both mine{a, b}, all[32];
   emu::warp_allgather(mine, all);

@@ -390,7 +390,7 @@ def test_a_crashing_kernel_is_named_with_its_signal_and_thread():
     rendered = render(partition(g, "ilp"))
     kernel = rendered.kernels[0]
     # read one whole tensor past the end of the input: the guard page after it faults
-    rendered.kernels[0] = replace(kernel, source=kernel.source.replace("part_load(in0[", "part_load(in0[4096 + "))
+    rendered.kernels[0] = replace(kernel, source=kernel.source.replace("PART_LDG(in0[", "PART_LDG(in0[4096 + "))
     with pytest.raises(EmulatorError) as failure:
         run_emulated(rendered, input_values(g))
     message = str(failure.value)

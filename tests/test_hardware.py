@@ -31,6 +31,24 @@ def test_user_profile(tmp_path):
     assert hw.sources["launch_overhead_us"].startswith("measured")
 
 
+def test_energies_default_to_the_cited_estimates_and_a_profile_may_give_its_own(tmp_path):
+    full = {f.name: getattr(PROFILES["h100"], f.name) for f in dataclasses.fields(PROFILES["h100"])
+            if f.name not in ("name", "sources") and not f.name.endswith(("_per_byte", "_per_flop"))}
+    path = tmp_path / "full.yaml"
+    path.write_text("".join(f"{k}: {v}\n" for k, v in full.items())
+                    + "sources:\n" + "".join(f"  {k}: datasheet\n" for k in full))
+    hw = load_hardware(str(path))  # written before the energies existed: still loads
+    assert hw.hbm_pj_per_byte == 31.2 and "O'Connor" in hw.sources["hbm_pj_per_byte"]
+    assert (hw.hbm_energy_fj, hw.sram_energy_fj, hw.flop_energy_fj("float16", True),
+            hw.flop_energy_fj("float16", False), hw.flop_energy_fj("float64", False)) == (31200, 1250, 750, 2300, 4600)
+    own = tmp_path / "own.yaml"
+    own.write_text("base: h100\nhbm_pj_per_byte: 25.6\nsources: {hbm_pj_per_byte: \"HBM3, 3.2 pJ/bit\"}\n")
+    assert load_hardware(str(own)).hbm_energy_fj == 25600
+    own.write_text("base: h100\nhbm_pj_per_byte: 25.6\n")
+    with pytest.raises(HardwareError, match="give a source for hbm_pj_per_byte"):
+        load_hardware(str(own))
+
+
 @pytest.mark.parametrize("text,problem", [
     ("launch_overhead_us: 2\n", "missing field"),
     ("base: h100\nlaunch_overhead_us: 2\n", "give a source"),

@@ -18,7 +18,7 @@ from torch import nn  # noqa: E402
 from transformers.models.whisper.modeling_whisper import WhisperEncoder  # noqa: E402
 
 from backends.base import load_backend  # noqa: E402
-from backends.check import compare, run_and_check  # noqa: E402
+from backends.check import accumulated_terms, compare, run_and_check  # noqa: E402
 from partitioner import partition, run_reference  # noqa: E402
 from partitioner.importers import torch as torch_importer  # noqa: E402
 
@@ -144,7 +144,8 @@ def import_and_check(module: nn.Module, inputs: tuple, name: str):
         want = module(*inputs).to_tuple()  # the fields torch.export flattens, in order
     assert len(want) == len(graph.outputs)
     for output, expected in zip(graph.outputs, want):
-        check = compare(output, graph.tensor(output).dtype, values[output], expected.numpy())
+        check = compare(output, graph.tensor(output).dtype, values[output], expected.numpy(),
+                        accumulated_terms(graph, output))
         assert check.ok, check
     plan = partition(graph, "ilp", time_limit=0.5)  # a small work budget: these test the import, not the ILP
     assert plan.solver.status in ("OPTIMAL", "FEASIBLE"), plan.solver

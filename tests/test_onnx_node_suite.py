@@ -21,7 +21,7 @@ onnx = pytest.importorskip("onnx", reason="the ONNX node suite needs the onnx ex
 from onnx import numpy_helper  # noqa: E402
 from onnx.backend.test.case.node import collect_testcases  # noqa: E402
 
-from backends.check import compare  # noqa: E402
+from backends.check import accumulated_terms, compare  # noqa: E402
 from partitioner.dtypes import DTYPES  # noqa: E402
 from partitioner.errors import GraphError  # noqa: E402
 from partitioner.importers import onnx as onnx_importer  # noqa: E402
@@ -76,7 +76,8 @@ def _outcome(case) -> tuple[str, str]:
                     return "wrong", f"output '{name}': not within the case's rtol {case.rtol}"
                 continue
             dtype = str(want.dtype)
-            check = compare(name, dtype if dtype in DTYPES else "int64", got, want)
+            terms = accumulated_terms(graph, result.renamed.get(name, name))
+            check = compare(name, dtype if dtype in DTYPES else "int64", got, want, terms)
             if not check.ok:
                 return "wrong", f"output '{name}': max abs error {check.max_abs_error:.3g}"
     return "pass", ""

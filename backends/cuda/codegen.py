@@ -144,9 +144,10 @@ class Source:
     """Where a kernel finds a tensor's values.
 
     ``global``: memory at pointer ``name``. ``scalar``: a register ``name`` (one
-    value per row). ``buffer``: ``name[position]`` (registers or shared memory)
-    holding the value at index ``at`` only; at any other index the value is loaded
-    through ``pointer`` if given, and computed otherwise.
+    value per row). ``buffer``: ``name[position]`` (registers, or shared memory when
+    ``shared``: its reads are counted as such) holding the value at index ``at``
+    only; at any other index the value is loaded through ``pointer`` if given, and
+    computed otherwise.
     """
 
     kind: str
@@ -154,6 +155,7 @@ class Source:
     at: Index | None = None
     position: str = ""
     pointer: str = ""
+    shared: bool = False
 
 
 class Names:
@@ -260,8 +262,9 @@ class Emitter:
         if source.kind == "scalar":
             return source.name
         if source.kind == "buffer":
-            return self.declare(t.dtype, f"part_load({source.name}[{source.position}])")
-        return self.declare(t.dtype, f"part_load({source.name}[{linear(t.shape, idx)}])")
+            element = f"{source.name}[{source.position}]"
+            return self.declare(t.dtype, f"part_load(PART_LDS({element}))" if source.shared else f"part_load({element})")
+        return self.declare(t.dtype, f"part_load(PART_LDG({source.name}[{linear(t.shape, idx)}]))")
 
     def _operand(self, op: Op, k: int, idx: Index, cdtype: str) -> str:
         operand = op.inputs[k]
@@ -463,7 +466,7 @@ class Emitter:
     def store(self, tensor: str, pointer: str, idx: Index) -> None:
         """Store ``tensor`` at ``idx`` into ``pointer`` (its storage type)."""
         t = self.graph.tensor(tensor)
-        self.emit(f"{pointer}[{linear(t.shape, idx)}] = {to_storage(self.value(tensor, idx), t.dtype)};")
+        self.emit(f"PART_STG({pointer}[{linear(t.shape, idx)}]) = {to_storage(self.value(tensor, idx), t.dtype)};")
 
 
 def _tap_position(axis: pooling.Axis, o: str, tap: str) -> str:

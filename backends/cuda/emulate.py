@@ -23,6 +23,7 @@ from partitioner.dtypes import numpy_dtype
 from ..base import BackendError
 from .codegen import storage_type
 from .compile import cache_dir
+from .counters import PROGRAM, KernelCounters, parse
 from .kernels.common import environment
 from .render import RUNTIME_HEADER, Kernel, Rendered, runtime_header
 
@@ -31,6 +32,10 @@ EMULATOR_HEADER = "cuda_emulator.h"
 # -ffp-contract=off: as nvcc's -fmad=false, no multiply-add contracted into one FMA
 # (g++ contracts by default wherever the target has FMA, e.g. on aarch64)
 CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-DPARTITION_EMULATOR", "-w")
+# the program also counts memory requests and instructions (counters.py); without it the
+# PART_LDG/... access macros are the plain accesses and the program runs as fast as ever
+PROFILE_FLAGS = ("-DEMU_PROFILE",)
+COUNTERS_FILE = "counters.tsv"
 TIMEOUT_S = 600
 
 
@@ -73,7 +78,7 @@ def program(rendered: Rendered) -> str:
     launches, written = [], {}
     for kernel in rendered.kernels:
         sources.setdefault(kernel.name, kernel.source)
-        args = []
+        args, outputs = [], []
         for arg in kernel.args:
             t = g.tensor(arg["tensor"])
             ctype = storage_type(t.dtype)
@@ -81,19 +86,35 @@ def program(rendered: Rendered) -> str:
             call = f'buffer("{files[arg["tensor"]]}", {t.nbytes}, {"true" if is_input else "false"})'
             args.append(f"({'const ' if is_input else ''}{ctype}*){call}")
             if not is_input:
-                written[arg["tensor"]] = {"file": files[arg["tensor"]], "bytes": t.nbytes}
+                outputs.append({"file": files[arg["tensor"]], "bytes": t.nbytes})
+                written[arg["tensor"]] = outputs[-1]
         launches.append({"kernel": kernel.name, "grid": kernel.grid, "block": kernel.block,
-                         "smem": kernel.smem_dynamic, "args": args, "label": launch_label(kernel)})
+                         "smem": kernel.smem_dynamic, "args": args, "label": launch_label(kernel),
+                         "outputs": outputs})
     template = environment().get_template("emulator_main.cpp.j2")
     return template.render(sources=list(sources.values()), launches=launches, saved=list(written.values()))
 
 
-def build(rendered: Rendered) -> Path:
-    """Compile the host program of ``rendered`` (cached by content hash); its path."""
+def first_lines(rendered: Rendered) -> dict[str, int]:
+    """Line of the host program (:func:`program`) where each kernel's source begins,
+    by kernel name (kernels of one name share the first one's source, which differs
+    from theirs only in its first line, a comment naming the group)."""
+    text = program(rendered)
+    first: dict[str, int] = {}
+    for k in rendered.kernels:
+        if k.name not in first:
+            first[k.name] = text.count("\n", 0, text.index(k.source)) + 1
+    return first
+
+
+def build(rendered: Rendered, profile: bool = False) -> Path:
+    """Compile the host program of ``rendered`` (cached by content hash); its path.
+    ``profile``: a program that also writes the counters (:func:`run_profiled`)."""
     require_compiler()
     source = program(rendered)
     header = resources.files(EMULATOR_PACKAGE).joinpath(EMULATOR_HEADER).read_text()
-    key = hashlib.sha256("\0".join([source, runtime_header(), header, " ".join(CXX_FLAGS)]).encode()).hexdigest()
+    flags = CXX_FLAGS + (PROFILE_FLAGS if profile else ())
+    key = hashlib.sha256("\0".join([source, runtime_header(), header, " ".join(flags)]).encode()).hexdigest()
     entry = cache_dir() / f"emu-{key[:24]}"
     binary = entry / "plan"
     if binary.exists():
@@ -103,11 +124,11 @@ def build(rendered: Rendered) -> Path:
         work = Path(tmp)
         (work / RUNTIME_HEADER).write_text(runtime_header())
         (work / EMULATOR_HEADER).write_text(header)
-        (work / "plan.cpp").write_text(source)
-        result = subprocess.run([compiler(), *CXX_FLAGS, "-I", str(work), "plan.cpp", "-o", "plan"],
+        (work / PROGRAM).write_text(source)
+        result = subprocess.run([compiler(), *flags, "-I", str(work), PROGRAM, "-o", "plan"],
                                 capture_output=True, text=True, cwd=work)
         if result.returncode != 0:
-            (entry / "plan.cpp").write_text(source)
+            (entry / PROGRAM).write_text(source)
             (entry / "g++.log").write_text(result.stderr)
             first = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr[:200])
             raise EmulatorError(f"the emulated program does not compile: {first.strip()} (log: {entry / 'g++.log'})")
@@ -152,27 +173,112 @@ def run(rendered: Rendered, storages: dict[str, np.ndarray]) -> dict[str, np.nda
         g++ is missing, the build fails, or a kernel faults (the message names the
         kernel and the access).
     """
-    g = rendered.plan.graph
-    files = _files(rendered)
-    binary = build(rendered)
+    return _execute(rendered, storages, profile=False)[0]
+
+
+def run_profiled(rendered: Rendered, storages: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray],
+                                                                               list[KernelCounters]]:
+    """Run every kernel of ``rendered`` on the emulator as :func:`run` does, counting.
+
+    The same kernels compiled with ``-DEMU_PROFILE``, so the values are those of
+    :func:`run` bit for bit; per kernel it counts global-memory sectors,
+    shared-memory wavefronts and warp-level instructions (``counters.py``,
+    ``docs/backends.md``).
+
+    Parameters
+    ----------
+    rendered : Rendered
+        From the CUDA backend's ``render``.
+    storages : dict of str to numpy.ndarray
+        Values of the storages the kernels read and no kernel writes, by name.
+
+    Returns
+    -------
+    tuple
+        The storages :func:`run` returns, and one :class:`KernelCounters` per kernel
+        of ``rendered``, in launch order.
+
+    Raises
+    ------
+    EmulatorError
+        As :func:`run`.
+    BackendError
+        The counters file is malformed.
+    """
+    return _execute(rendered, storages, profile=True)
+
+
+def _execute(rendered: Rendered, storages: dict[str, np.ndarray],
+             profile: bool) -> tuple[dict[str, np.ndarray], list[KernelCounters]]:
+    binary = build(rendered, profile)
     written = {a["tensor"] for k in rendered.kernels for a in k.args if a["role"] == "out"}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, stem in files.items():
-            if name not in written:
-                t = g.tensor(name)
-                if t.numel == 0:  # an empty tensor may come from a group that needed no kernel
-                    (work / f"{stem}.bin").write_bytes(b"")
-                    continue
-                array = np.ascontiguousarray(np.asarray(storages[name]).astype(numpy_dtype(t.dtype)))
-                (work / f"{stem}.bin").write_bytes(array.tobytes())
-        result = subprocess.run([str(binary), str(work)], capture_output=True, text=True, timeout=TIMEOUT_S)
-        if result.returncode != 0:
-            raise EmulatorError(failure_message(result.returncode, result.stderr))
-        out = {}
-        for name in written:
-            t = g.tensor(name)
-            data = (work / f"{files[name]}.out").read_bytes()
-            out[name] = np.frombuffer(data, dtype=numpy_dtype(t.dtype)).reshape(t.shape).copy()
-    return out
+        _write(rendered, work, [name for name in _files(rendered) if name not in written], storages)
+        _execute_binary(binary, work)
+        out = {name: _read(rendered, work, name) for name in written}
+        counted = parse((work / COUNTERS_FILE).read_text(), rendered.kernels, first_lines(rendered)) if profile else []
+    return out, counted
 
+
+def run_alone(rendered: Rendered, launch: int, storages: dict[str, np.ndarray],
+              blocks: list[int]) -> tuple[dict[str, np.ndarray], KernelCounters]:
+    """Run kernel number ``launch`` of ``rendered`` alone, on some of its blocks, counting.
+
+    Parameters
+    ----------
+    rendered : Rendered
+        From the CUDA backend's ``render``.
+    launch : int
+        Position of the kernel in ``rendered.kernels``.
+    storages : dict of str to numpy.ndarray
+        Values of every storage the kernel reads (those earlier kernels write too).
+    blocks : list of int
+        Linear indices of the blocks to run (x fastest); empty: every block.
+
+    Returns
+    -------
+    tuple
+        Every storage the kernel writes, by name, holding ``0xFF`` bytes wherever
+        its blocks wrote nothing; and its :class:`KernelCounters`.
+
+    Raises
+    ------
+    EmulatorError
+        As :func:`run`.
+    """
+    kernel = rendered.kernels[launch]
+    binary = build(rendered, profile=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        _write(rendered, work, [a["tensor"] for a in kernel.args if a["role"] == "in"], storages)
+        _execute_binary(binary, work, str(launch), *map(str, blocks))
+        out = {a["tensor"]: _read(rendered, work, a["tensor"]) for a in kernel.args if a["role"] == "out"}
+        (counted,) = parse((work / COUNTERS_FILE).read_text(), [kernel], first_lines(rendered))
+    return out, counted
+
+
+def _write(rendered: Rendered, work: Path, names: list[str], storages: dict[str, np.ndarray]) -> None:
+    """The input files of storages ``names`` in ``work``."""
+    g = rendered.plan.graph
+    files = _files(rendered)
+    for name in names:
+        t = g.tensor(name)
+        if t.numel == 0:  # an empty tensor may come from a group that needed no kernel
+            (work / f"{files[name]}.bin").write_bytes(b"")
+            continue
+        array = np.ascontiguousarray(np.asarray(storages[name]).astype(numpy_dtype(t.dtype)))
+        (work / f"{files[name]}.bin").write_bytes(array.tobytes())
+
+
+def _read(rendered: Rendered, work: Path, name: str) -> np.ndarray:
+    """Storage ``name`` as the program saved it in ``work``."""
+    t = rendered.plan.graph.tensor(name)
+    data = (work / f"{_files(rendered)[name]}.out").read_bytes()
+    return np.frombuffer(data, dtype=numpy_dtype(t.dtype)).reshape(t.shape).copy()
+
+
+def _execute_binary(binary: Path, work: Path, *args: str) -> None:
+    result = subprocess.run([str(binary), str(work), *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+    if result.returncode != 0:
+        raise EmulatorError(failure_message(result.returncode, result.stderr))

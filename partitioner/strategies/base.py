@@ -17,18 +17,21 @@ from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
 
-#: progress(phase, best_time_us, bound_time_us or None, elapsed_s) during long solves.
+#: progress(phase, best, bound or None, elapsed_s) during long solves; best and bound
+#: in the objective's display unit (``cost.UNITS``: microseconds, or microjoules).
 Progress = Callable[[str, float, float | None, float], None]
 
 
 @dataclass(frozen=True)
 class Options:
     """Planning options: the ``time_limit`` work budget in nominal seconds (``None``:
-    the strategy's default), the per-group op cap, and an optional progress callback."""
+    the strategy's default), the per-group op cap, an optional progress callback,
+    and the objective the ILP minimises (``cost.OBJECTIVES``)."""
 
     time_limit: float | None = None
     max_ops: int = DEFAULT_MAX_OPS
     progress: Progress | None = None
+    objective: str = "time"
 
 
 class Strategy(ABC):
@@ -40,7 +43,7 @@ class Strategy(ABC):
     @abstractmethod
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
         """Groups of op names, plus a dict of ``SolverInfo`` fields (``status``,
-        ``bound_us``, ``gap``, ``details``)."""
+        ``bound``, ``gap``, ``details``)."""
 
 
 def group_of(graph: Graph, compute: int) -> Group | None:

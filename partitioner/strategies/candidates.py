@@ -138,9 +138,9 @@ def neighbours(graph: Graph) -> dict[int, int]:
 class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
-    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int,
+    def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int, kind: str,
                  tick: Callable[[int], None] | None):
-        self.graph, self.hw, self.max_ops = graph, hw, max_ops
+        self.graph, self.hw, self.max_ops, self.kind = graph, hw, max_ops, kind
         self.max_work, self.max_candidates, self.tick = max_work, max_candidates, tick
         self.adj = neighbours(graph)
         classes = graph.class_masks
@@ -237,7 +237,7 @@ class _Search:
         group = Group(self.graph, hull)
         if is_legal(group, self.hw, self.max_ops):
             self.masks.append(mask)
-            self.costs.append(objective(group, self.hw))
+            self.costs.append(objective(group, self.hw, self.kind))
             self.work += CANDIDATE_WORK
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
@@ -302,7 +302,8 @@ class _Search:
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int = 10**12,
-                         max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None) -> Candidates:
+                         max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None,
+                         kind: str = "time") -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
     a budget stops the search: ``max_work`` units of search work in all
     (:data:`CANDIDATE_WORK`), ``max_candidates`` groups, or an anchor's cap of
@@ -311,9 +312,10 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     shares are larger. So an anchor whose search explodes (a wide fan-out) cannot
     starve the others. When a budget stops the search, ``stopped`` says which. The
     budgets count work, not seconds, so the result is the same on any machine.
-    ``tick(candidates_so_far)`` is called now and then during long searches."""
+    ``tick(candidates_so_far)`` is called now and then during long searches; each
+    candidate is priced by ``cost.objective`` of ``kind``."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, max_work, max_candidates, tick)
+    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick)
     try:
         pending = _anchors(graph, search)
         while pending:

@@ -4,7 +4,9 @@ Start from one group per compute op. Repeatedly merge the producer/consumer pair
 of groups whose merge saves the most global-memory bytes (ties: earliest ops in
 topological order), skipping merges that ``legality`` rejects or that would close
 a cycle between groups, until no merge is left. Every merge saves one launch, and
-merging never adds bytes, so the plan's modelled time only goes down.
+merging never adds bytes, so the plan's traffic time only goes down; its modelled
+time can rise where a merge makes a kernel recompute values (a prologue once per
+tile), which greedy does not weigh.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Model: one boolean per candidate group (``candidates.py`` enumerates every legal
 group); each compute op is covered by exactly one chosen group; minimise the sum
-of the chosen groups' exact integer objectives (``cost.objective``, proportional
-to modelled time). A group's cost depends only on the group, so the sum is the
+of the chosen groups' exact integer objectives (``cost.objective``: modelled time
+by default, or traffic time, or energy). A group's cost depends only on the group, so the sum is the
 plan's cost and the optimum over complete candidates is the optimum over all
 legal plans. Convex groups can still form a cycle between groups; such a cycle is
 cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which keeps
@@ -15,8 +15,10 @@ is covered on its own, its optimum and bound add up to the plan's, and component
 with the same structure and costs (repeated layers, after relabelling their ops)
 are solved once. A cycle cut that runs through several components merges them.
 
-Each solve is warm-started from the greedy plan's groups (a complete hint, and the
-incumbent it has to beat), so the plan is never costlier than greedy's. Every
+Every heuristic's plan (greedy, xla, xla-fmha, tvm, inductor) enters the model: its
+groups are candidates even when the enumeration stopped before finding them, and
+the cheapest plan under the objective warm-starts each solve (a complete hint, and
+the incumbent it has to beat), so the plan is never costlier than any heuristic's. Every
 budget counts work, not seconds: search states in the enumeration, CP-SAT's
 deterministic time in the solve, on one worker with a fixed seed. The same input
 and options give the same plan, status and bound on any machine under any load.
@@ -34,7 +36,7 @@ import networkx as nx
 from ortools.sat.python import cp_model
 
 from .. import attention
-from ..cost import objective
+from ..cost import display_value, flop_unit, flops_once, objective
 from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
@@ -43,6 +45,9 @@ from ..legality import hereditary_violation
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
+from .inductor import Inductor
+from .tvm import Tvm
+from .xla import Xla, XlaFmha
 
 DEFAULT_TIME_LIMIT_S = 60.0
 # The time limit is a work budget, never read off a clock, so that the same input gives
@@ -62,13 +67,13 @@ WORKERS = 1
 OBJECTIVE_LIMIT = 1 << 62
 
 
-def _to_us(value: float, hw: Hardware) -> float:
-    """Integer objective (``cost.objective`` units) -> modelled microseconds."""
-    return value / hw.launch_bytes.denominator / hw.bandwidth * 1e6
-
-
-def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
-    """A valid lower bound on any legal plan's integer objective, from structure alone.
+def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time") -> int:
+    """A valid lower bound on any legal plan's integer objective of ``kind``, from
+    structure alone: launches and bytes (below) for ``traffic``; for ``time``, the
+    launches plus the larger of those bytes and the FLOP of every contraction at
+    peak (each computes its result once, whatever its group; a plan's sum of
+    per-group maxima is at least the maximum of the sums); for ``energy``, those
+    bytes at the HBM energy plus the contractions' FLOP at theirs.
 
     Launches, counted over the ops with a non-empty result (a group of empty results
     launches nothing): every gather, cumsum or custom op is alone; a group holds one contraction, or
@@ -77,21 +82,24 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
     outside every attention pair's softmax needs a reduction group of its own; and a
     group holds at most ``max_ops`` compute ops. Call the larger count ``k``.
 
-    Bytes: every graph input that a non-empty result reads is read once, every output written once, plus the
+    Bytes: every graph input is read, at least the bytes its readers with a
+    non-empty result touch together (``Graph.all_touched``), every
+    output written once, plus the
     larger of two counts of what crosses between groups. (a) A tensor whose producer
-    and a reader can never share a group is written and read once. (b) Link the
+    and a reader can never share a group is written and read once (the read as
+    above). (b) Link the
     groups producer to reader: the groups meeting one component of the compute ops
     (linked producer to reader, :func:`_components`) are linked, so the groups form
     at most ``components`` linked sets (a group may join components: siblings of
     one input), and a linked set of ``k_s`` groups has at least ``k_s - 1``
     producer-to-consumer pairs, each a read of a distinct (tensor, group) pair. So
-    there are at least ``k - components`` reads of at least the smallest read tensor, of at
+    there are at least ``k - components`` reads of at least the least-touched read tensor, of at
     least ``ceil((k - components) / most readers)`` distinct tensors, each written
     once (less those already counted as outputs).
     """
     g = graph
     # an input only empty results read may be read by no launched group
-    reads = sum(g.inputs[base].nbytes for base in g.inputs if g.storage_readers.get(base, 0) & g.nonempty_mask)
+    reads = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs)
     split_bytes = outputs = 0
     for name in g.names(g.compute_mask):
         size = g.ops[name].out.nbytes
@@ -101,18 +109,27 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int) -> int:
             for r in g.names(readers)
         )
         outputs += size * (name in g.output_storages)
-        split_bytes += size * (int(name in g.output_storages or split) + int(split))
+        split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
     launches = _launch_bound(g, max_ops)
     crossing = launches - _components(g)
     chain_bytes = outputs
     if crossing > 0:
         read = [name for name in g.names(g.compute_mask) if g.storage_readers.get(name)]
         smallest = min(g.ops[name].out.nbytes for name in read)
+        least_read = min(g.least_touched(name) for name in read)
         most_readers = max(g.storage_readers[name].bit_count() for name in read)
         counted = sum(1 for name in read if name in g.output_storages)
-        chain_bytes += crossing * smallest + max(0, -(-crossing // most_readers) - counted) * smallest
+        chain_bytes += crossing * least_read + max(0, -(-crossing // most_readers) - counted) * smallest
+    moved = reads + max(split_bytes, chain_bytes)
+    contractions = [g.ops[n] for n in g.names(g.class_masks.get("contraction", 0))]
+    flops = [(op, flops_once(g, op)) for op in contractions]
+    if kind == "energy":
+        return moved * hw.hbm_energy_fj + sum(f * hw.flop_energy_fj(*flop_unit(op)) for op, f in flops)
     launch = hw.launch_bytes
-    return launches * launch.numerator + (reads + max(split_bytes, chain_bytes)) * launch.denominator
+    memory = moved * launch.denominator
+    if kind == "time":  # floor: each group's FLOP term is rounded up, never down
+        memory = max(memory, math.floor(sum(f * hw.flop_units(*flop_unit(op)) for op, f in flops)))
+    return launches * launch.numerator + memory
 
 
 def _launch_bound(g: Graph, max_ops: int) -> int:
@@ -141,6 +158,17 @@ def _components(g: Graph) -> int:
     return nx.number_connected_components(links)
 
 
+def heuristic_plans(graph: Graph, hw: Hardware, options: Options) -> dict[str, list[int]]:
+    """Each heuristic strategy's plan as compute-op bitsets, one per group that
+    launches or holds a compute op (views alone are placed by ``assemble``)."""
+    plans = {"greedy": greedy_groups(graph, hw, options.max_ops)}
+    for strategy in (Xla(), XlaFmha(), Tvm(), Inductor()):
+        groups, _ = strategy.plan(graph, hw, options)
+        masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
+        plans[strategy.name] = [m for m in masks if m]
+    return plans
+
+
 def _check_objective_fits(graph: Graph, costs: list[int]) -> None:
     """Raise :class:`SizeError` unless CP-SAT can sum every candidate's cost in 64 bits
     (it rejects a model whose objective could overflow)."""
@@ -157,10 +185,10 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     second. One part's objective is shown on top of ``offset`` (the other parts'
     best plans) and its bound on top of ``bound_offset``."""
 
-    def __init__(self, report: Progress | None, hw: Hardware, start: float, best: int, phase: str,
+    def __init__(self, report: Progress | None, hw: Hardware, kind: str, start: float, best: int, phase: str,
                  offset: int = 0, bound_offset: int = 0):
         super().__init__()
-        self.report, self.hw, self.start, self.phase = report, hw, start, phase
+        self.report, self.hw, self.kind, self.start, self.phase = report, hw, kind, start, phase
         self.best, self.bound, self.last = best, -math.inf, 0.0
         self.offset, self.bound_offset = offset, bound_offset
 
@@ -177,8 +205,10 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         now = time.perf_counter()
         if self.report is not None and now - self.last >= 0.5:
             self.last = now
-            bound = _to_us(self.bound + self.bound_offset, self.hw) if self.bound > -math.inf else None
-            self.report(self.phase, _to_us(self.best + self.offset, self.hw), bound, now - self.start)
+            shown = self.bound + self.bound_offset
+            bound = display_value(shown, self.hw, self.kind) if self.bound > -math.inf else None
+            self.report(self.phase, display_value(self.best + self.offset, self.hw, self.kind), bound,
+                        now - self.start)
 
 
 def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
@@ -228,9 +258,9 @@ class _Solver:
     """Exact cover of each part with CP-SAT (see the module docstring), parts with the
     same structure and costs solved once, under one deterministic-time budget."""
 
-    def __init__(self, graph: Graph, hw: Hardware, masks: list[int], costs: list[int], hint: set[int],
+    def __init__(self, graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], hint: set[int],
                  use_hint: bool, limit: float, progress: Progress | None, start: float):
-        self.graph, self.hw, self.masks, self.costs = graph, hw, masks, costs
+        self.graph, self.hw, self.kind, self.masks, self.costs = graph, hw, kind, masks, costs
         self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
         self.budget = limit  # deterministic seconds left
         self.solves = self.reused = 0
@@ -293,7 +323,7 @@ class _Solver:
         # Probing likewise: 0.85 s -> 0.04 s on a ResNet-50 stage of 3,857 candidates,
         # proving the same optimum.
         solver.parameters.cp_model_probing_level = 0
-        callback = _Progress(self.progress, self.hw, self.start, hint_cost, phase, offset, bound_offset)
+        callback = _Progress(self.progress, self.hw, self.kind, self.start, hint_cost, phase, offset, bound_offset)
         solver.best_bound_callback = callback.on_bound
         result = solver.Solve(model, callback)
         self.solves += 1
@@ -320,26 +350,31 @@ class Ilp(Strategy):
     def plan(self, graph: Graph, hw: Hardware, options: Options) -> tuple[list[list[str]], dict]:
         start = time.perf_counter()
         limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
-        warm = greedy_groups(graph, hw, options.max_ops)
-        warm_costs = [objective(Group(graph, graph.convex_hull(mask)), hw) for mask in warm]
-        warm_cost = sum(warm_costs)
-        bound = structural_bound(graph, hw, options.max_ops)
+        kind = options.objective
+        plans = heuristic_plans(graph, hw, options)
+        priced = {mask: objective(Group(graph, graph.convex_hull(mask)), hw, kind)
+                  for plan in plans.values() for mask in plan}
+        start_from = min(plans, key=lambda name: sum(priced[m] for m in plans[name]))  # greedy first on a tie
+        warm = plans[start_from]
+        warm_cost = sum(priced[m] for m in warm)
+        bound = structural_bound(graph, hw, options.max_ops, kind)
         if bound >= warm_cost:  # the warm start meets a lower bound: proven, nothing to search
-            return assemble(graph, warm), {"status": "OPTIMAL", "bound_us": _to_us(warm_cost, hw), "gap": 0.0,
-                                           "details": {"candidates": 0, "proof": "structural bound"}}
-        enumerating = _Progress(options.progress, hw, start, warm_cost, "enumerating")
+            return assemble(graph, warm), {"status": "OPTIMAL", "bound": display_value(warm_cost, hw, kind),
+                                           "gap": 0.0, "details": {"warm_start": start_from, "candidates": 0,
+                                                                   "proof": "structural bound"}}
+        enumerating = _Progress(options.progress, hw, kind, start, warm_cost, "enumerating")
         cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
-                                     max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick())
+                                     max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(), kind=kind)
         masks, costs = list(cands.masks), list(cands.costs)
         position = {mask: k for k, mask in enumerate(masks)}
-        for mask, cost in zip(warm, warm_costs):
+        for mask, cost in priced.items():
             if mask not in position:  # only when the enumeration stopped early
                 position[mask] = len(masks)
                 masks.append(mask)
                 costs.append(cost)
         _check_objective_fits(graph, costs)
         hint = {position[mask] for mask in warm}
-        solver = _Solver(graph, hw, masks, costs, hint, cands.complete, limit, options.progress, start)
+        solver = _Solver(graph, hw, kind, masks, costs, hint, cands.complete, limit, options.progress, start)
         parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
         best, best_cost, cuts = sorted(hint), warm_cost, 0
         while True:
@@ -366,11 +401,12 @@ class Ilp(Strategy):
         if cands.complete:
             bound = max(bound, sum(p.bound for p in parts))
         bound = min(bound, best_cost)
-        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm_cost else "GREEDY"
+        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm_cost else "WARM_START"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
         if solver.stopped or solver.budget <= 0 and status != "OPTIMAL":
             stopped.append("the solver's time limit (--time-limit, deterministic)")
         details = {
+            "warm_start": start_from,
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
             "enumeration_states": cands.states,
@@ -385,7 +421,7 @@ class Ilp(Strategy):
             details["stopped_by"] = stopped
         groups = assemble(graph, [masks[k] for k in best])
         gap = 0.0 if best_cost == 0 else (best_cost - bound) / best_cost
-        return groups, {"status": status, "bound_us": _to_us(bound, hw), "gap": gap, "details": details}
+        return groups, {"status": status, "bound": display_value(bound, hw, kind), "gap": gap, "details": details}
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:

@@ -37,12 +37,39 @@
 //     wait at it, the program prints a diagnostic to stderr and exits with status 134.
 //     A state where every live thread waits and none can proceed (e.g. half of a warp
 //     at a shuffle, the other half at __syncthreads) is reported as a deadlock.
+//   * emu::sample_blocks({linear indices}) makes later launches run only those blocks
+//     (to sample a large grid); an empty list runs every block again.
 //   * Warp collectives (__shfl*_sync, votes, __syncwarp, wmma load/store) exchange
 //     values through a per-warp buffer between two barriers over the warp's lanes.
 //     Warp w holds linear threads 32w..32w+31 (linear = x + y*Dx + z*Dx*Dy); the last
 //     warp of a block whose size is not a multiple of 32 is partial and its collectives
 //     involve only the existing lanes (a shuffle from a missing lane returns the
 //     caller's own value; CUDA leaves that undefined).
+//
+// COUNTERS (-DEMU_PROFILE)
+//   Compiled with -DEMU_PROFILE, the emulator counts what Nsight Compute counts for the
+//   accesses a kernel names with EMU_ACCESS(kind, lvalue) (partition_runtime.cuh's
+//   PART_LDG/PART_STG/PART_LDS/PART_STS: global and shared loads and stores) and for WMMA
+//   loads and stores, which it models (see nvcuda::wmma::detail). Without the define
+//   nothing of it is compiled.
+//   * A request is one warp-level execution of an access: lane k's n-th execution of the
+//     site since its warp last converged (a __syncthreads, a warp collective, the end of
+//     the block) pairs with the other lanes' n-th. The lanes present form its mask.
+//   * Global memory: its sectors are the distinct 32-byte aligned segments its lanes
+//     touch, its ideal ceil(distinct bytes / 32) sectors.
+//   * Shared memory: 32 banks of 4 bytes. Per phase (the warp for accesses of up to 4
+//     bytes, each half-warp for 8 bytes, each quarter-warp for 16) as many wavefronts as
+//     the most distinct 4-byte words one bank holds (lanes on one word: a broadcast);
+//     its ideal is the number of phases with an active lane.
+//   * Warp-level instructions, once per warp: barriers (per __syncthreads), __syncwarp,
+//     shuffles, votes, mma (wmma::mma_sync; part_mma counts itself).
+//   EMU_REGION("name") names the accesses of the enclosing scope (the innermost wins).
+//   emu::prof::write(path) writes, tab-separated, per launch a line
+//     launch <i> <blocks run> <blocks of the grid> barriers=<n> warp_syncs=<n> shuffles=<n> votes=<n> mma=<n>
+//   and per (site, region) of it a line
+//     site <i> <ldg|stg|lds|sts> <file> <line> <region> <requests> <sectors|wavefronts> <ideal> <bytes> <text>
+//   Addresses are the host's: place global buffers as cudaMalloc does (256-byte aligned),
+//   or sector counts shift.
 //
 // LIMITS (what a template writer must know)
 //   * Masks: only full-warp masks are supported. Every live lane of the warp must take
@@ -99,7 +126,12 @@
 #include <type_traits>
 #include <ucontext.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
+#ifdef EMU_PROFILE
+#include <map>
+#include <string>
+#endif
 
 #ifndef EMU_FIBER_STACK_SIZE
 #define EMU_FIBER_STACK_SIZE (64 * 1024)
@@ -147,6 +179,22 @@ inline uint3 make_uint3(unsigned x, unsigned y, unsigned z) { return {x, y, z}; 
 #undef EMU_VEC3
 #undef EMU_VEC4
 
+// ---------------------------------------------------------------- counter hooks
+#ifdef EMU_PROFILE
+// The engine tells the counters (defined after it; COUNTERS above) when requests
+// complete: at every barrier, every warp collective and the end of every block.
+namespace emu {
+namespace prof {
+enum Op { BARRIER, WARP_SYNC, SHUFFLE, VOTE, MMA, OPS };
+inline void launch_begin(dim3 grid, unsigned threads);
+inline void block_end();
+inline void barrier_done(int warps);
+inline void warp_done(int warp);
+inline void warp_op(Op op);
+}  // namespace prof
+}  // namespace emu
+#endif
+
 // ---------------------------------------------------------------- the engine
 namespace emu {
 namespace detail {
@@ -191,6 +239,8 @@ struct Launch {
 };
 
 inline Launch* g_launch = nullptr;
+// Linear indices (x fastest) of the blocks launches run (emu::sample_blocks); empty: all.
+inline std::vector<unsigned long long> g_sample;
 inline uint3 g_thread{0, 0, 0}, g_block{0, 0, 0};
 inline dim3 g_bdim, g_gdim;
 // Stack region of the running launch, read by the SIGSEGV handler.
@@ -226,6 +276,9 @@ inline int block_barrier(int pred) {
     l.bar_result = l.bar_count;  // safe: rewritten only when every thread passed again
     l.bar_count = 0;
     ++l.gen;
+#ifdef EMU_PROFILE
+    prof::barrier_done(int(l.warps.size()));
+#endif
   } else {
     while (l.gen == g) yield();
   }
@@ -249,6 +302,9 @@ inline void warp_barrier(unsigned mask, const char* what) {
   if (++w.arrived == w.size) {
     w.arrived = 0;
     ++w.gen;
+#ifdef EMU_PROFILE
+    prof::warp_done(l.cur >> 5);
+#endif
   } else {
     while (w.gen == g) yield();
   }
@@ -280,6 +336,9 @@ T shfl(unsigned mask, T v, int mode, int b, int width, const char* what) {
     default: j = lane ^ bv; ok = j <= last; break;
   }
   if (!ok || j >= w.size) j = lane;
+#ifdef EMU_PROFILE
+  prof::warp_op(prof::SHUFFLE);
+#endif
   T r;
   std::memcpy(&r, w.buf[j], sizeof(T));
   warp_barrier(mask, what);  // nobody rewrites the buffer before every lane has read it
@@ -293,6 +352,9 @@ inline unsigned ballot(unsigned mask, int pred, const char* what) {
   int p = pred != 0;
   std::memcpy(w.buf[lane], &p, sizeof p);
   warp_barrier(mask, what);
+#ifdef EMU_PROFILE
+  prof::warp_op(prof::VOTE);
+#endif
   unsigned r = 0;
   for (int i = 0; i < w.size; ++i) {
     int q;
@@ -442,36 +504,46 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
   g_launch = &l;
   g_bdim = block;
   g_gdim = grid;
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        g_block = {bx, by, bz};
-        l.exited = l.arrived = l.bar_count = 0;
-        for (Warp& w : l.warps) w.arrived = 0, w.exited_mask = 0;
-        if (EMU_SMEM_POISON >= 0) std::memset(l.smem, EMU_SMEM_POISON & 0xFF, smem_bytes);
-        for (unsigned i = 0; i < n; ++i) {
-          init_fiber(l.ctx[i], stacks + i * stride + guard, stack, &l.sched);
-          l.done[i] = 0;
-        }
-        int live = l.n;
-        while (live) {
-          unsigned long long before = l.progress;
-          for (int i = 0; i < l.n; ++i) {
-            if (l.done[i]) continue;
-            l.cur = i;
-            g_thread = l.tid[i];
-            swapcontext(&l.sched, &l.ctx[i]);
-            live -= l.done[i];
-          }
-          if (live && l.progress == before) {
-            int warp_waiting = 0;
-            for (Warp& w : l.warps) warp_waiting += w.arrived;
-            fail("deadlock in block (%u,%u,%u): %d live thread(s) wait forever (%d at "
-                 "__syncthreads, %d at warp collectives): threads of a block or warp wait at "
-                 "different barriers", bx, by, bz, live, l.arrived, warp_waiting);
-          }
-        }
+#ifdef EMU_PROFILE
+  prof::launch_begin(grid, unsigned(n));
+#endif
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  const size_t runs = g_sample.empty() ? size_t(blocks) : g_sample.size();
+  for (size_t b = 0; b < runs; ++b) {
+    const unsigned long long linear = g_sample.empty() ? b : g_sample[b];
+    if (linear >= blocks) continue;
+    const unsigned bx = unsigned(linear % grid.x), by = unsigned(linear / grid.x % grid.y),
+                   bz = unsigned(linear / grid.x / grid.y);
+    g_block = {bx, by, bz};
+    l.exited = l.arrived = l.bar_count = 0;
+    for (Warp& w : l.warps) w.arrived = 0, w.exited_mask = 0;
+    if (EMU_SMEM_POISON >= 0) std::memset(l.smem, EMU_SMEM_POISON & 0xFF, smem_bytes);
+    for (unsigned i = 0; i < n; ++i) {
+      init_fiber(l.ctx[i], stacks + i * stride + guard, stack, &l.sched);
+      l.done[i] = 0;
+    }
+    int live = l.n;
+    while (live) {
+      unsigned long long before = l.progress;
+      for (int i = 0; i < l.n; ++i) {
+        if (l.done[i]) continue;
+        l.cur = i;
+        g_thread = l.tid[i];
+        swapcontext(&l.sched, &l.ctx[i]);
+        live -= l.done[i];
       }
+      if (live && l.progress == before) {
+        int warp_waiting = 0;
+        for (Warp& w : l.warps) warp_waiting += w.arrived;
+        fail("deadlock in block (%u,%u,%u): %d live thread(s) wait forever (%d at "
+             "__syncthreads, %d at warp collectives): threads of a block or warp wait at "
+             "different barriers", bx, by, bz, live, l.arrived, warp_waiting);
+      }
+    }
+#ifdef EMU_PROFILE
+    prof::block_end();
+#endif
+  }
   g_launch = nullptr;
   g_stacks = nullptr;
   std::free(l.smem);
@@ -497,6 +569,12 @@ void warp_allgather(const T& mine, T* all) {
 
 // Names what runs next (a kernel and its group, say) in every failure report; the
 // string must outlive the launches it names. nullptr clears it.
+// Launches from now on run only the blocks of these linear indices (x + y*X + z*X*Y), in
+// this order, skipping those beyond the grid; an empty list runs every block again. For
+// samples of large grids: a block's outputs are those of a full run only when blocks do
+// not communicate (no grid-wide atomics or flags).
+inline void sample_blocks(std::vector<unsigned long long> linear) { detail::g_sample = std::move(linear); }
+
 inline void set_label(const char* label) {
   detail::install_fault_handler();
   detail::g_label = label;
@@ -514,6 +592,266 @@ void launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t dynamic_smem_byt
 
 }  // namespace emu
 
+// ---------------------------------------------------------------- counters (EMU_PROFILE)
+#ifdef EMU_PROFILE
+namespace emu {
+namespace prof {
+enum Kind { LDG, STG, LDS, STS, KINDS };
+inline const char* const kind_names[KINDS] = {"ldg", "stg", "lds", "sts"};
+inline const char* const op_names[OPS] = {"barriers", "warp_syncs", "shuffles", "votes", "mma"};
+
+// One static access in the source (EMU_ACCESS) or in this header (WMMA): numbered when
+// first executed.
+struct Site {
+  int kind;
+  const char* label;
+  const char* file;
+  int line;
+  int id;
+};
+
+// One request: the lanes' n-th execution of a site since the warp last converged.
+struct Request {
+  int region;
+  unsigned size, mask;
+  uintptr_t addr[32];
+};
+struct Totals {
+  unsigned long long requests = 0, units = 0, ideal = 0, bytes = 0;
+};
+// Requests of one site and warp not yet counted; count[lane]: that lane's executions.
+struct Pending {
+  unsigned count[32] = {};
+  std::vector<Request> reqs;
+  size_t used = 0;
+  bool listed = false;
+};
+struct WarpState {
+  std::vector<Pending> sites;  // by site id
+  std::vector<int> touched;    // ids with pending requests
+};
+struct LaunchTotals {
+  unsigned long long blocks = 0, grid_blocks = 0, ops[OPS] = {};
+  std::map<std::pair<int, int>, Totals> sites;  // (site id, region id)
+};
+
+inline std::vector<Site*> g_sites;
+inline std::vector<std::string> g_regions{""};  // region 0: outside every named region
+inline std::vector<WarpState> g_warps;          // of the running launch
+inline std::vector<int> g_region;               // per thread of the running launch
+inline std::vector<LaunchTotals> g_launches;
+
+inline int region_id(const char* name) {
+  for (size_t i = 0; i < g_regions.size(); ++i)
+    if (g_regions[i] == name) return int(i);
+  g_regions.push_back(name);
+  return int(g_regions.size() - 1);
+}
+
+// Names the accesses of the enclosing scope (EMU_REGION); regions nest.
+struct Region {
+  int saved;
+  explicit Region(int id) {
+    int& r = g_region[emu::detail::cur().cur];
+    saved = r;
+    r = id;
+  }
+  ~Region() { g_region[emu::detail::g_launch->cur] = saved; }
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+};
+
+inline void number(Site* s) {
+  if (s->id >= 0) return;
+  s->id = int(g_sites.size());
+  g_sites.push_back(s);
+}
+
+// Records the calling lane's access of sizeof(T) bytes at p; returns p.
+template <class T>
+T* access(Site* s, T* p) {
+  emu::detail::Launch& l = emu::detail::cur();
+  number(s);
+  WarpState& w = g_warps[l.cur >> 5];
+  if (w.sites.size() <= size_t(s->id)) w.sites.resize(size_t(s->id) + 1);
+  Pending& pd = w.sites[s->id];
+  if (!pd.listed) {
+    pd.listed = true;
+    w.touched.push_back(s->id);
+  }
+  const int lane = l.cur & 31;
+  const unsigned n = pd.count[lane]++;
+  if (n == pd.used) {  // the first lane at its n-th execution opens the request
+    if (pd.reqs.size() <= n) pd.reqs.resize(n + 1);
+    pd.reqs[n].region = g_region[l.cur];
+    pd.reqs[n].size = unsigned(sizeof(T));
+    pd.reqs[n].mask = 0;
+    ++pd.used;
+  }
+  Request& r = pd.reqs[n];
+  r.mask |= 1u << lane;
+  r.addr[lane] = reinterpret_cast<uintptr_t>(p);
+  return p;
+}
+
+// Distinct bytes of the lanes' [addr, addr + size) ranges, and (sectors) the distinct
+// 32-byte aligned segments they touch.
+inline unsigned long long distinct_bytes(const Request& r, unsigned long long* sectors) {
+  uintptr_t lo[32];
+  int n = 0;
+  for (int lane = 0; lane < 32; ++lane)
+    if (r.mask >> lane & 1) lo[n++] = r.addr[lane];
+  std::sort(lo, lo + n);
+  unsigned long long bytes = 0, count = 0;
+  uintptr_t end = 0, covered = 0;  // bytes below `end` and sectors up to `covered` are counted
+  bool any = false;
+  for (int i = 0; i < n; ++i) {
+    const uintptr_t a = lo[i], b = lo[i] + r.size;
+    if (!any || a >= end) bytes += b - a;
+    else if (b > end) bytes += b - end;
+    uintptr_t first = a >> 5;
+    const uintptr_t last = (b - 1) >> 5;
+    if (any && first <= covered) first = covered + 1;  // the interval ending at `covered` began earlier
+    if (first <= last) count += last - first + 1;
+    if (!any || b > end) end = b;
+    if (!any || last > covered) covered = last;
+    any = true;
+  }
+  *sectors = count;
+  return bytes;
+}
+
+// Shared-memory wavefronts of a request: 32 banks of 4 bytes. A phase serves all 32
+// lanes for accesses of up to 4 bytes, a half-warp for 8 bytes, a quarter-warp for 16;
+// it takes as many wavefronts as the most distinct 4-byte words any bank holds (lanes
+// on the same word are served by a broadcast). Returns the wavefronts; `phases` gets
+// the phases holding an active lane (the ideal).
+inline unsigned long long wavefronts(const Request& r, unsigned long long* phases) {
+  const unsigned words = r.size <= 4 ? 1 : std::min(r.size / 4, 32u);  // CUDA accesses are at most 16 bytes
+  const unsigned lanes = 32 / words;  // a phase moves at most 32 words
+  unsigned long long total = 0, used = 0;
+  for (unsigned first = 0; first < 32; first += lanes) {
+    uintptr_t touched[32];
+    int n = 0;
+    for (unsigned lane = first; lane < first + lanes; ++lane)
+      if (r.mask >> lane & 1)
+        for (unsigned k = 0; k < words; ++k) touched[n++] = (r.addr[lane] >> 2) + k;
+    if (!n) continue;
+    std::sort(touched, touched + n);
+    n = int(std::unique(touched, touched + n) - touched);
+    unsigned per_bank[32] = {}, most = 0;
+    for (int i = 0; i < n; ++i) most = std::max(most, ++per_bank[touched[i] & 31]);
+    total += most;
+    ++used;
+  }
+  *phases = used;
+  return total;
+}
+
+inline void count(int kind, Totals& t, const Request& r) {
+  unsigned long long units, ideal, bytes;
+  if (kind == LDG || kind == STG) {
+    bytes = distinct_bytes(r, &units);
+    ideal = (bytes + 31) / 32;
+  } else {
+    unsigned long long unused;
+    bytes = distinct_bytes(r, &unused);
+    units = wavefronts(r, &ideal);
+  }
+  ++t.requests;
+  t.units += units;
+  t.ideal += ideal;
+  t.bytes += bytes;
+}
+
+inline void flush_warp(int warp) {
+  WarpState& w = g_warps[size_t(warp)];
+  LaunchTotals& launch = g_launches.back();
+  for (int id : w.touched) {
+    Pending& pd = w.sites[size_t(id)];
+    Totals* t = nullptr;
+    int region = -1;
+    for (size_t i = 0; i < pd.used; ++i) {
+      const Request& r = pd.reqs[i];
+      if (r.region != region) t = &launch.sites[{id, region = r.region}];
+      count(g_sites[size_t(id)]->kind, *t, r);
+    }
+    pd.used = 0;
+    std::fill(pd.count, pd.count + 32, 0u);
+    pd.listed = false;
+  }
+  w.touched.clear();
+}
+
+// A request the whole warp makes at once (a WMMA load or store, modelled in this
+// header): counted right away, in the region of the calling lane.
+inline void warp_request(Site* s, unsigned size, const uintptr_t (&addr)[32], unsigned mask) {
+  number(s);
+  Request r;
+  r.region = g_region[emu::detail::cur().cur];
+  r.size = size;
+  r.mask = mask;
+  std::copy(addr, addr + 32, r.addr);
+  count(s->kind, g_launches.back().sites[{s->id, r.region}], r);
+}
+
+inline void launch_begin(dim3 grid, unsigned threads) {
+  g_launches.emplace_back();
+  g_launches.back().grid_blocks = 1ull * grid.x * grid.y * grid.z;
+  g_warps.assign((threads + 31) / 32, WarpState{});
+  g_region.assign(threads, 0);
+}
+inline void block_end() {
+  for (size_t w = 0; w < g_warps.size(); ++w) flush_warp(int(w));
+  std::fill(g_region.begin(), g_region.end(), 0);
+  ++g_launches.back().blocks;
+}
+inline void barrier_done(int warps) {
+  for (size_t w = 0; w < g_warps.size(); ++w) flush_warp(int(w));
+  g_launches.back().ops[BARRIER] += unsigned(warps);
+}
+inline void warp_done(int warp) { flush_warp(warp); }
+// Counted once per warp: by lane 0, which every warp has.
+inline void warp_op(Op op) {
+  if ((emu::detail::cur().cur & 31) == 0) ++g_launches.back().ops[op];
+}
+
+// Writes every launch's counters to `path` as tab-separated lines (see COUNTERS above);
+// returns false when the file cannot be written.
+inline bool write(const char* path) {
+  FILE* f = std::fopen(path, "w");
+  if (!f) return false;
+  for (size_t i = 0; i < g_launches.size(); ++i) {
+    const LaunchTotals& l = g_launches[i];
+    std::fprintf(f, "launch\t%zu\t%llu\t%llu", i, l.blocks, l.grid_blocks);
+    for (int op = 0; op < OPS; ++op) std::fprintf(f, "\t%s=%llu", op_names[op], l.ops[op]);
+    std::fputc('\n', f);
+    for (const auto& entry : l.sites) {
+      const Site& s = *g_sites[size_t(entry.first.first)];
+      const Totals& t = entry.second;
+      const char* slash = std::strrchr(s.file, '/');
+      std::fprintf(f, "site\t%zu\t%s\t%s\t%d\t%s\t%llu\t%llu\t%llu\t%llu\t%s\n", i, kind_names[s.kind],
+                   slash ? slash + 1 : s.file, s.line, g_regions[size_t(entry.first.second)].c_str(), t.requests,
+                   t.units, t.ideal, t.bytes, s.label);
+    }
+  }
+  return std::fclose(f) == 0;
+}
+}  // namespace prof
+}  // namespace emu
+
+// The access `ref` (an lvalue) of kind emu::prof::LDG, STG, LDS or STS, recorded; the
+// label is the access's source text.
+#define EMU_PROFILE_SITE(kind, label) \
+  ({ static ::emu::prof::Site emu_site_{kind, label, __FILE__, __LINE__, -1}; &emu_site_; })
+#define EMU_ACCESS(kind, ...) (*::emu::prof::access(EMU_PROFILE_SITE(kind, #__VA_ARGS__), &(__VA_ARGS__)))
+#define EMU_CAT2(a, b) a##b
+#define EMU_CAT(a, b) EMU_CAT2(a, b)
+#define EMU_REGION(name)                           \
+  ::emu::prof::Region EMU_CAT(emu_region_, __LINE__)( \
+      ({ static const int emu_region_id_ = ::emu::prof::region_id(name); emu_region_id_; }))
+#endif  // EMU_PROFILE
+
 // ---------------------------------------------------------------- built-in variables
 inline const uint3& threadIdx = emu::detail::g_thread;
 inline const uint3& blockIdx = emu::detail::g_block;
@@ -528,7 +866,12 @@ inline void __syncthreads() { emu::detail::block_barrier(0); }
 inline int __syncthreads_count(int p) { return emu::detail::block_barrier(p); }
 inline int __syncthreads_and(int p) { return emu::detail::block_barrier(p) == emu::detail::g_launch->n; }
 inline int __syncthreads_or(int p) { return emu::detail::block_barrier(p) != 0; }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::detail::warp_barrier(mask, "__syncwarp"); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+#ifdef EMU_PROFILE
+  emu::prof::warp_op(emu::prof::WARP_SYNC);
+#endif
+  emu::detail::warp_barrier(mask, "__syncwarp");
+}
 inline void __threadfence() { emu::detail::compiler_fence(); }
 inline void __threadfence_block() { emu::detail::compiler_fence(); }
 inline void __threadfence_system() { emu::detail::compiler_fence(); }
@@ -807,6 +1150,7 @@ struct fragment {
   static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
   enum { num_elements = rows * cols };
   typedef T element_type;
+  typedef Use use_type;
   T x[num_elements];
 };
 
@@ -816,9 +1160,70 @@ inline void fill_fragment(fragment<U, M, N, K, T, L>& f, const std::common_type_
 }
 
 namespace detail {
+#ifdef EMU_PROFILE
+// The shared-memory requests of WMMA loads and stores, as we assume the hardware makes
+// them (the templates use WMMA on shared memory only, so they count as LDS/STS):
+// * matrix_a/matrix_b (16-bit elements) load like ldmatrix.x4: the tile is cut into 8x8
+//   blocks of 8 lines (rows for row_major, columns for col_major) by 16 contiguous
+//   bytes; a request reads 4 blocks, one per quarter-warp phase, each lane one
+//   16-byte line segment.
+// * accumulators follow the mma.sync C layout per 8x8 block: lane 4g + t holds row g,
+//   columns 2t and 2t + 1, one request of 2-element accesses per block (row-major
+//   memory), or two of single elements (column-major).
+enum WmmaSite { LOAD_A, LOAD_B, LOAD_C, STORE_C };
+inline emu::prof::Site* wmma_site(WmmaSite which) {
+  static emu::prof::Site sites[] = {
+      {emu::prof::LDS, "wmma::load_matrix_sync(matrix_a)", __FILE__, __LINE__, -1},
+      {emu::prof::LDS, "wmma::load_matrix_sync(matrix_b)", __FILE__, __LINE__, -1},
+      {emu::prof::LDS, "wmma::load_matrix_sync(accumulator)", __FILE__, __LINE__, -1},
+      {emu::prof::STS, "wmma::store_matrix_sync(accumulator)", __FILE__, __LINE__, -1}};
+  return &sites[which];
+}
+template <class T>
+void profile_operand(emu::prof::Site* site, const T* p, unsigned ldm, int rows, int cols, bool row_major) {
+  const int lines = row_major ? rows : cols, length = row_major ? cols : rows;
+  uintptr_t addr[32] = {};
+  unsigned mask = 0;
+  int phase = 0;
+  for (int line = 0; line < lines; line += 8)
+    for (int at = 0; at < length; at += 8) {
+      for (int i = 0; i < 8; ++i) addr[8 * phase + i] = reinterpret_cast<uintptr_t>(p + size_t(line + i) * ldm + at);
+      mask |= 0xffu << (8 * phase);
+      if (++phase == 4) {
+        emu::prof::warp_request(site, 16, addr, mask);
+        phase = 0;
+        mask = 0;
+      }
+    }
+  if (phase) emu::prof::warp_request(site, 16, addr, mask);
+}
+template <class T>
+void profile_accumulator(emu::prof::Site* site, const T* p, unsigned ldm, int rows, int cols, bool row_major) {
+  uintptr_t addr[32];
+  for (int rb = 0; rb < rows; rb += 8)
+    for (int cb = 0; cb < cols; cb += 8)
+      for (int e = 0; e < (row_major ? 1 : 2); ++e) {
+        for (int lane = 0; lane < 32; ++lane) {
+          const size_t r = size_t(rb + lane / 4), c = size_t(cb + 2 * (lane % 4) + e);
+          addr[lane] = reinterpret_cast<uintptr_t>(p + (row_major ? r * ldm + c : r + c * ldm));
+        }
+        emu::prof::warp_request(site, unsigned(sizeof(T)) * (row_major ? 2 : 1), addr, ~0u);
+      }
+}
+#endif
+
 template <class F, class P>
 void load(F& f, const P* p, unsigned ldm, bool row_major) {
   emu::detail::warp_barrier(~0u, "wmma::load_matrix_sync");  // others' stores are done
+#ifdef EMU_PROFILE
+  if (emu::detail::my_lane() == 0) {
+    if (F::is_acc)
+      profile_accumulator(wmma_site(LOAD_C), p, ldm, F::rows, F::cols, row_major);
+    else
+      profile_operand(wmma_site(std::is_same<typename F::use_type, matrix_a>::value ? LOAD_A : LOAD_B), p, ldm,
+                      F::rows, F::cols, row_major);
+  }
+#endif
   for (int r = 0; r < F::rows; ++r)
     for (int c = 0; c < F::cols; ++c)
       f.x[r * F::cols + c] = row_major ? p[size_t(r) * ldm + c] : p[r + size_t(c) * ldm];
@@ -842,6 +1247,10 @@ template <int M, int N, int K, class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T>& f, unsigned ldm,
                               layout_t layout) {
   emu::detail::warp_barrier(~0u, "wmma::store_matrix_sync");
+#ifdef EMU_PROFILE
+  if (emu::detail::my_lane() == 0)
+    detail::profile_accumulator(detail::wmma_site(detail::STORE_C), p, ldm, M, N, layout == mem_row_major);
+#endif
   for (int r = 0; r < M; ++r)
     for (int c = 0; c < N; ++c)
       (layout == mem_row_major ? p[size_t(r) * ldm + c] : p[r + size_t(c) * ldm]) = f.x[r * N + c];
@@ -853,6 +1262,9 @@ inline void mma_sync(fragment<accumulator, M, N, K, TD>& d,
                      const fragment<matrix_a, M, N, K, TA, LA>& a,
                      const fragment<matrix_b, M, N, K, TA, LB>& b,
                      const fragment<accumulator, M, N, K, TC>& c) {
+#ifdef EMU_PROFILE
+  emu::prof::warp_op(emu::prof::MMA);
+#endif
   float fa[M * K], fb[K * N];
   for (int i = 0; i < M * K; ++i) fa[i] = float(a.x[i]);
   for (int i = 0; i < K * N; ++i) fb[i] = float(b.x[i]);

@@ -52,10 +52,14 @@ def build(group: Group, index: int, hw) -> dict:
         else:
             w_idx = idx if t.shape == shape else tuple(em.index_var(e) for e in delinearize(t.shape, "i"))
             em.store(w, params.pointer[w], w_idx)
+    body = "\n".join(em.lines)
+    # a tensor of the iteration space's shape read only elsewhere (transposed, say) needs no
+    # vector load: the GPU compiler would drop it, but the emulator's counters would not
+    loads = [load for load in loads if f"{load['var']}.v[j]" in body]
     return {
         "template": "pointwise.cu.j2", "params": params, "bits": bits,
         "grid": (grid_stride_blocks(max(1, n // vec), THREADS, hw.sm_count), 1, 1), "block": (THREADS, 1, 1),
         "smem_dynamic": 0, "smem_static": 0,
-        "context": {"threads": THREADS, "index_type": itype, "n": n, "vec": vec, "body": "\n".join(em.lines),
+        "context": {"threads": THREADS, "index_type": itype, "n": n, "vec": vec, "body": body,
                     "vector_loads": loads, "vector_stores": stores},
     }

@@ -108,13 +108,13 @@ def build(group: Group, index: int, hw) -> dict:
         for base, var in buffered.items():
             if first_use[base] < stage:
                 pointer = params.pointer.get(base, "") if base in group.reads else ""
-                em.sources[base] = Source("buffer", var, at=idx, position="l", pointer=pointer)
+                em.sources[base] = Source("buffer", var, at=idx, position="l", pointer=pointer, shared=True)
         for op, acc in zip(staged, accs):
             _accumulate(em, g, op, acc, idx, elem_idx, layout)
         for base, var in buffered.items():
             if first_use[base] == stage:
                 t = g.tensor(base)
-                em.emit(f"{var}[l] = {to_storage(em.value(base, idx), t.dtype)};")
+                em.emit(f"PART_STS({var}[l]) = {to_storage(em.value(base, idx), t.dtype)};")
         aligned = [w for w in writes_by_stage.get(stage, []) if _row_aligned(g, w, layout, rows)]
         for w in aligned:
             em.store(w, params.pointer[w], idx)
@@ -181,22 +181,23 @@ def _combine(em: Emitter, op: Op, acc, per_block: int, length: int, slot: int) -
     if per_block == 1:
         warps = REDUCTION_THREADS // WARP
         scratch = f"part_{slot}"
-        em.emit(f"if (threadIdx.x % {WARP} == 0) {{ {scratch}[threadIdx.x / {WARP}] = {var};"
-                + (f" {scratch}_i[threadIdx.x / {WARP}] = {index_var};" if arg else "") + " }")
+        em.emit(f"if (threadIdx.x % {WARP} == 0) {{ PART_STS({scratch}[threadIdx.x / {WARP}]) = {var};"
+                + (f" PART_STS({scratch}_i[threadIdx.x / {WARP}]) = {index_var};" if arg else "") + " }")
         em.emit("__syncthreads();")
         em.open(f"if (threadIdx.x < {WARP})")
         ident = _identity(op, acc_dtype)
-        em.emit(f"{var} = threadIdx.x < {warps} ? {scratch}[threadIdx.x] : {ident};")
+        em.emit(f"{var} = threadIdx.x < {warps} ? PART_LDS({scratch}[threadIdx.x]) : {ident};")
         if arg:
-            em.emit(f"{index_var} = threadIdx.x < {warps} ? {scratch}_i[threadIdx.x] : INT64_MAX;")
+            em.emit(f"{index_var} = threadIdx.x < {warps} ? PART_LDS({scratch}_i[threadIdx.x]) : INT64_MAX;")
             em.emit(f"part_warp_arg<{'true' if op.kind == 'argmax' else 'false'}>({var}, {index_var});")
         else:
             em.emit(f"{var} = part_warp_reduce({var}, {_COMBINE[op.kind]});")
-        em.emit(f"if (threadIdx.x == 0) {{ {scratch}[{warps}] = {var};"
-                + (f" {scratch}_i[{warps}] = {index_var};" if arg else "") + " }")
+        em.emit(f"if (threadIdx.x == 0) {{ PART_STS({scratch}[{warps}]) = {var};"
+                + (f" PART_STS({scratch}_i[{warps}]) = {index_var};" if arg else "") + " }")
         em.close()
         em.emit("__syncthreads();")
-        em.emit(f"{var} = {scratch}[{warps}];" + (f" {index_var} = {scratch}_i[{warps}];" if arg else ""))
+        em.emit(f"{var} = PART_LDS({scratch}[{warps}]);"
+                + (f" {index_var} = PART_LDS({scratch}_i[{warps}]);" if arg else ""))
         em.emit("__syncthreads();")
     if arg:
         result = index_var

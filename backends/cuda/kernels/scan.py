@@ -44,7 +44,7 @@ def build(group: Group, index: int, hw) -> dict:
             "threads": THREADS, "index_type": itype, "rows": rows, "length": length, "inner": inner,
             "reverse": op.attrs["reverse"], "exclusive": op.attrs["exclusive"],
             "acc_type": REGISTER[acc], "zero": literal(0, acc),
-            "load": convert(f"part_load({params.pointer[g.storage[op.inputs[0]]]}[at])", x.dtype, acc),
-            "step": step, "store": f"{params.pointer[op.name]}[at] = {to_storage(result, op.out.dtype)};",
+            "load": convert(f"part_load(PART_LDG({params.pointer[g.storage[op.inputs[0]]]}[at]))", x.dtype, acc),
+            "step": step, "store": f"PART_STG({params.pointer[op.name]}[at]) = {to_storage(result, op.out.dtype)};",
         },
     }

@@ -1,0 +1,288 @@
+"""The emulator's counters (``--profile``): memory requests, sectors and shared-memory
+wavefronts as Nsight Compute defines them (``backends/cuda/counters.py``).
+
+Each expected figure is worked out by hand in a comment beside it, from the lanes'
+addresses: a coalesced warp of 4-byte loads touches 4 sectors for 4 ideal ones, a
+float at every 32nd word of shared memory puts the whole warp in one bank, and so on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from backends.base import BackendError
+from backends.cuda import CudaBackend
+from backends.cuda.emulate import run as run_emulated
+from backends.cuda.emulate import run_profiled
+from backends.cuda.render import render
+from backends.cuda.sampled import check_written, sample
+from partitioner import partition
+from partitioner.cli import main
+from partitioner.reference import input_values
+
+from .conftest import ROOT, make_graph, op
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+
+# Two blocks of two warps run this kernel: every site makes one request per warp that
+# reaches it (4 in all) unless said otherwise. Each region holds one site (per kind).
+PATTERNS_CU = r"""
+#include "partition_runtime.cuh"
+using namespace nvcuda;
+
+__global__ void patterns(const float* in, float* out) {
+  __shared__ float s[33 * 64];
+  __shared__ double d[64];
+  __shared__ __half h[64];
+  __shared__ __align__(32) __half tile[16 * 24];
+  __shared__ __align__(32) float acc_tile[16 * 24];
+  const int t = threadIdx.x;
+  float acc = 0.0f;
+  { PART_REGION("coalesced"); acc += PART_LDG(in[t]); PART_STG(out[t]) = acc; }
+  { PART_REGION("stride 2"); acc += PART_LDG(in[2 * t]); }
+  { PART_REGION("stride 8"); acc += PART_LDG(in[8 * t]); }
+  { PART_REGION("broadcast"); acc += PART_LDG(in[0]); }
+  { PART_REGION("half warp"); if (t < 16) acc += PART_LDG(in[t]); }
+  { PART_REGION("loop"); for (int i = 0; i < 3; ++i) acc += PART_LDG(in[32 * i + t % 32]); }
+  { PART_REGION("shared stride 1"); PART_STS(s[t]) = acc; }
+  { PART_REGION("shared stride 2"); PART_STS(s[2 * t]) = acc; }
+  { PART_REGION("shared stride 4"); PART_STS(s[4 * t]) = acc; }
+  { PART_REGION("shared stride 32"); PART_STS(s[32 * t]) = acc; }
+  { PART_REGION("shared stride 33"); PART_STS(s[33 * t]) = acc; }
+  { PART_REGION("shared halves"); PART_STS(h[t]) = __float2half(acc); }
+  { PART_REGION("shared doubles"); PART_STS(d[t]) = acc; }
+  { PART_REGION("shared doubles stride 2"); PART_STS(d[2 * (t % 32)]) = acc; }
+  for (int i = t; i < 16 * 24; i += 64) tile[i] = __float2half(1.0f);
+  __syncthreads();
+  { PART_REGION("shared broadcast"); acc += PART_LDS(s[5]); }
+  acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
+  wmma::fill_fragment(c, 0.0f);
+  { PART_REGION("wmma ldm 16"); wmma::load_matrix_sync(a, tile, 16); }
+  { PART_REGION("wmma ldm 24"); wmma::load_matrix_sync(b, tile, 24); }
+  wmma::mma_sync(c, a, b, c);
+  if (t < 32) { PART_REGION("wmma store ldm 16"); wmma::store_matrix_sync(acc_tile, c, 16, wmma::mem_row_major); }
+  if (t >= 32) { PART_REGION("wmma store ldm 24"); wmma::store_matrix_sync(acc_tile, c, 24, wmma::mem_row_major); }
+  __syncthreads();
+  PART_STG(out[64 + t]) = acc + acc_tile[t];
+}
+
+int main() {
+  // aligned as cudaMalloc aligns (256 bytes): sectors are counted from absolute addresses
+  float* in = static_cast<float*>(std::aligned_alloc(256, 1024 * sizeof(float)));
+  float* out = static_cast<float*>(std::aligned_alloc(256, 1024 * sizeof(float)));
+  emu::launch(patterns, dim3(2), dim3(64), 0, in, out);
+  return emu::prof::write("counters.tsv") ? 0 : 1;
+}
+"""
+
+# region -> (kind, requests, sectors or wavefronts per request, ideal per request)
+EXPECTED = {
+    "coalesced": [("ldg", 4, 4, 4), ("stg", 4, 4, 4)],  # 32 floats: 128 bytes, 4 sectors
+    "stride 2": [("ldg", 4, 8, 4)],  # every other float: 8 sectors for 128 bytes (efficiency 0.5)
+    "stride 8": [("ldg", 4, 32, 4)],  # a float per 32-byte sector: 32 sectors for 4 ideal (0.125)
+    "broadcast": [("ldg", 4, 1, 1)],  # one float for every lane
+    "half warp": [("ldg", 2, 2, 2)],  # lanes 0-15 of the first warp of each block: 64 bytes
+    "loop": [("ldg", 12, 4, 4)],  # lane k's i-th load pairs with the others' i-th: 3 requests per warp
+    "shared stride 1": [("sts", 4, 1, 1)],
+    "shared stride 2": [("sts", 4, 2, 1)],  # lanes k and k + 16 share a bank, at different words
+    "shared stride 4": [("sts", 4, 4, 1)],
+    "shared stride 32": [("sts", 4, 32, 1)],  # every lane in bank 0
+    "shared stride 33": [("sts", 4, 1, 1)],  # lane k in bank k
+    "shared halves": [("sts", 4, 1, 1)],  # two lanes per word: 16 words in 16 banks
+    "shared doubles": [("sts", 4, 2, 2)],  # 8 bytes: a phase per half-warp, each conflict-free
+    "shared doubles stride 2": [("sts", 4, 4, 2)],  # per half-warp, lanes k and k + 8 share banks
+    "shared broadcast": [("lds", 4, 1, 1)],
+    # ldmatrix: 4 phases of 8 rows x 16 bytes. Rows 32 bytes apart: rows r and r + 4 share
+    # banks (2 wavefronts a phase); 48 bytes apart: the 8 rows cover the 32 banks once.
+    "wmma ldm 16": [("lds", 4, 8, 4)],
+    "wmma ldm 24": [("lds", 4, 4, 4)],
+    # float accumulators, per 8x8 block (4 requests per warp): lane 4g + t writes row g,
+    # columns 2t and 2t + 1 (8 bytes: half-warp phases of rows 0-3). 16 floats a row: rows
+    # 0 and 2 share banks; 24 floats a row: rows 0-3 start at banks 0, 24, 16 and 8.
+    "wmma store ldm 16": [("sts", 8, 4, 2)],
+    "wmma store ldm 24": [("sts", 8, 2, 2)],
+}
+
+
+def _sites(text: str) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """(region, kind) -> (requests, units, ideal), summed over sites."""
+    out: dict[tuple[str, str], tuple[int, int, int]] = {}
+    for line in text.splitlines():
+        fields = line.split("\t")
+        if fields[0] == "site":
+            key = (fields[5], fields[2])
+            counts = tuple(int(f) for f in fields[6:9])
+            out[key] = tuple(a + b for a, b in zip(out.get(key, (0, 0, 0)), counts))
+    return out
+
+
+def test_counters_of_known_access_patterns_follow_the_definitions(tmp_path):
+    (tmp_path / "patterns.cu").write_text(PATTERNS_CU)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-DPARTITION_EMULATOR", "-DEMU_PROFILE", "-I",
+                    str(ROOT / "templates"), "-I", str(ROOT / "backends" / "cuda" / "emulator"), "-x", "c++",
+                    "patterns.cu", "-o", "patterns"], cwd=tmp_path, check=True, capture_output=True)
+    subprocess.run(["./patterns"], cwd=tmp_path, check=True)
+    text = (tmp_path / "counters.tsv").read_text()
+    sites = _sites(text)
+    for region, expected in EXPECTED.items():
+        for kind, requests, units, ideal in expected:
+            assert sites.pop((region, kind)) == (requests, units * requests, ideal * requests), (region, kind)
+    assert set(sites) == {("", "stg")}, sites  # out[64 + t], outside the regions
+    launch = text.splitlines()[0].split("\t")
+    # 2 blocks of 2 warps: __syncthreads twice, one shuffle and one mma_sync per warp
+    assert launch[:4] == ["launch", "0", "2", "2"]
+    assert {"barriers=8", "shuffles=4", "mma=4", "votes=0", "warp_syncs=0"} <= set(launch[4:])
+
+
+def _kernels():
+    """One plan, one kernel per op: a coalesced add, a transpose, a row sum, and
+    float32 (CUDA cores) and float16 (WMMA) products."""
+    g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "r": [16, 64],
+                    "a": [64, 64], "b": [64, 64], "p": ([64, 64], "float16"), "q": ([64, 64], "float16")}, [
+        op("add", "add", ["x", "y"]), op("xt", "transpose", ["x"], perm=[1, 0]),
+        op("rows", "reduce_sum", ["r"], axes=[1]), op("mm32", "matmul", ["a", "b"]),
+        op("mm16", "matmul", ["p", "q"])], ["add", "xt", "rows", "mm32", "mm16"])
+    return g, partition(g, "none")
+
+
+@pytest.fixture(scope="module")
+def counted():
+    g, plan = _kernels()
+    rendered = render(plan)
+    values = input_values(g, 0)
+    out, counters = run_profiled(rendered, values)
+    plain = run_emulated(rendered, values)
+    return {c.kernel.ops[-1]: c for c in counters}, out, plain
+
+
+def test_profiling_changes_no_result(counted):
+    _, out, plain = counted
+    assert out.keys() == plain.keys()
+    for name in out:
+        assert np.array_equal(out[name].view(np.uint8), plain[name].view(np.uint8)), name
+
+
+def test_a_coalesced_pointwise_kernel_is_fully_efficient(counted):
+    add = counted[0]["add"]
+    # 64 x 64 halves, 8 per lane: each warp loads and stores 512 contiguous bytes (16 sectors)
+    for kind in ("ldg", "stg"):
+        r = add.requests(kind)
+        assert r.efficiency == 1.0 and r.units == 16 * r.requests, kind
+    assert add.requests("ldg").requests == 2 * add.requests("stg").requests == 2 * 64 * 64 // 8 // 32
+    assert add.requests("lds").requests == add.requests("sts").requests == 0
+
+
+def test_a_transposed_read_is_a_quarter_efficient(counted):
+    xt = counted[0]["xt"]
+    # a lane writes 8 halves of a row of xt (vector store: efficiency 1); for each of the
+    # 8, the warp's 32 lanes read x at 8 columns (256 bytes apart) x 4 consecutive rows:
+    # 8 sectors holding 64 bytes, ideal 2
+    load = xt.requests("ldg")
+    assert load.units == 8 * load.requests and load.ideal == 2 * load.requests
+    assert load.efficiency == 0.25
+    assert xt.requests("stg").efficiency == 1.0
+
+
+def test_float32_product_main_loop_has_two_and_four_way_bank_conflicts(counted):
+    mm = counted[0]["mm32"]
+    # thread (tr, tc) = (tid / 16, tid % 16) reads a_s[(tr*8 + i)*32 + kk] and
+    # b_s[kk*128 + tc*8 + j]: a warp's two tr are 256 words apart (one bank, 2 words);
+    # its 16 tc are 8 words apart (banks 0, 8, 16, 24: 4 words each)
+    sites = [s for s in mm.sites if s.kind == "lds" and s.region == "main loop"]
+    ways = {s.label.split("[")[0]: s.counts.units / s.counts.requests for s in sites}
+    assert ways == {"a_s": 2.0, "b_s": 4.0}
+    assert all(s.counts.ideal == s.counts.requests for s in sites)
+    assert mm.requests("lds", "main loop").per_request == 3.0  # as many a_s as b_s reads
+
+
+def test_float16_product_main_loop_fragments_conflict_four_and_eight_ways(counted):
+    mm = counted[0]["mm16"]
+    # ldmatrix phases of 8 rows x 16 bytes: A rows are 32 halves (64 bytes) apart, so
+    # rows r and r + 2 share banks (4 wavefronts per phase); B rows 128 halves (256
+    # bytes) apart all share the same 4 banks (8 per phase)
+    sites = {s.label: s.counts for s in mm.sites if s.region == "main loop"}
+    a, b = sites["wmma::load_matrix_sync(matrix_a)"], sites["wmma::load_matrix_sync(matrix_b)"]
+    assert (a.per_request, a.ideal_per_request, b.per_request, b.ideal_per_request) == (16, 4, 32, 4)
+    assert mm.ops["mma"] > 0 and mm.ops["barriers"] > 0
+
+
+def test_a_warp_per_row_reduction_counts_its_shuffles(counted):
+    rows = counted[0]["rows"]
+    # 16 rows of 64: a warp per row, 5 butterfly shuffles per row, no barrier
+    assert rows.ops["shuffles"] == 16 * 5 and rows.ops["barriers"] == 0
+    assert rows.requests("ldg").efficiency == 1.0 and rows.requests("ldg").requests == 16 * 2
+
+
+def test_counting_needs_the_emulator():
+    with pytest.raises(BackendError, match="profile needs emulate"):
+        CudaBackend(profile=True)
+
+
+def test_profile_on_the_command_line(tmp_path, capsys):
+    g, _ = _kernels()
+    path = tmp_path / "g.json"
+    data = {"name": "g", "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in g.inputs.items()],
+            "ops": [{"name": o.name, "op": o.kind, "inputs": list(o.inputs), "attrs": dict(o.attrs)}
+                    for o in g.ops.values()], "outputs": list(g.outputs)}
+    path.write_text(json.dumps(data))
+    assert main([str(path), "--strategy", "none", "--run", "--backend", "cuda", "--emulate", "--profile",
+                 "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_op = {k["ops"][-1]: k for k in report["counters"]}
+    assert by_op["xt"]["global"]["load"]["efficiency"] == 0.25
+    # per kk step a warp loads 4 A fragments (16 wavefronts each) and 2 B fragments (32 each)
+    main_loop = by_op["mm16"]["regions"]["main loop"]["shared"]["load"]
+    assert main_loop["wavefronts_per_request"] == pytest.approx(128 / 6) and main_loop["conflict_factor"] == 128 / 24
+    assert main([str(path), "--strategy", "none", "--run", "--backend", "cuda", "--emulate", "--profile"]) == 0
+    text = capsys.readouterr().out
+    assert "Memory counters per kernel" in text and "Instruction mix" in text
+    assert "main loops: shared-memory operand reads take at most 5.33x their ideal wavefronts" in text
+    with pytest.raises(SystemExit) as bad:
+        main([str(path), "--run", "--backend", "cuda", "--profile"])
+    assert bad.value.code == 2 and "--profile counts on the CPU emulator" in capsys.readouterr().err
+    assert main([str(path), "--strategy", "none", "--run", "--backend", "cuda", "--emulate", "--profile",
+                 "--sample-blocks", "1", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert ("add", 1, 2) in {(r["name"], r["blocks"], r["grid_blocks"]) for r in report["run"]}
+    assert {k["blocks"] for k in report["counters"]} == {1}
+    with pytest.raises(SystemExit) as bad:
+        main([str(path), "--run", "--backend", "cuda", "--emulate", "--sample-blocks", "2"])
+    assert bad.value.code == 2 and "--sample-blocks applies to --profile" in capsys.readouterr().err
+
+
+def test_a_sample_is_the_first_last_and_evenly_spaced_blocks():
+    assert sample(1152, 8) == [0, 164, 329, 493, 658, 822, 987, 1151]
+    assert sample(5, 8) == [0, 1, 2, 3, 4] and sample(7, 1) == [0]
+
+
+def test_only_the_elements_a_sample_wrote_are_checked():
+    g, plan = _kernels()
+    got = np.frombuffer(b"\xff" * 2 * 64 * 64, dtype=np.float16).reshape(64, 64).copy()  # nothing written
+    want = np.ones((64, 64), dtype=np.float16)
+    got[3, 5] = 1.0
+    assert check_written(plan, "add", got, want)[0] == 1 and check_written(plan, "add", got, want)[1].ok
+    got[7, 0] = 1.5  # a wrong element
+    checked, check = check_written(plan, "add", got, want)
+    assert checked == 2 and not check.ok
+
+
+def test_kernels_run_alone_on_sampled_blocks_and_count_them(counted):
+    g, plan = _kernels()
+    backend = CudaBackend(emulate=True, profile=True)
+    checks = backend.check_sampled(plan, 0, 1)
+    assert all(c.ok and c.blocks == 1 for c in checks), [c for c in checks if not c.ok]
+    add = next(c for c in checks if c.check.name == "add")
+    assert (add.grid_blocks, add.checked, add.elements) == (2, 256 * 8, 64 * 64)  # one block: 256 lanes x 8
+    # one block of the transpose's two: half the requests of the whole run, as efficient
+    whole, alone = counted[0]["xt"].requests("ldg"), next(c for c in backend.counted if c.kernel.ops == ("xt",))
+    assert alone.blocks == 1 and alone.grid_blocks == 2
+    assert 2 * alone.requests("ldg").requests == whole.requests
+    assert alone.requests("ldg").efficiency == whole.efficiency

@@ -1,0 +1,140 @@
+"""The tolerance rule of backends/check.py: correct kernels pass whatever their
+summation order, wrong ones fail.
+
+The case is mlp_gelu_f16 at 512 tokens (the graph in graphs/ has 8192; the K
+lengths, 1024 and 4096, are the same): matmul, bias, exact GELU, matmul, bias.
+"Kernels" here are NumPy executions that sum each dot product in another order,
+rounding where every op rounds, as the contraction template does when it blocks K
+by 32; the reference is partitioner's unfused execution (BLAS order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from backends.check import UNIT_ROUNDOFF, accumulated_terms, compare, tolerance
+from partitioner import run_reference
+
+from .conftest import make_graph, op
+
+TOKENS, HIDDEN, INTERMEDIATE = 512, 1024, 4096
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def mlp(dtype: str):
+    return make_graph({"x": ([TOKENS, HIDDEN], dtype), "w1": ([HIDDEN, INTERMEDIATE], dtype),
+                       "b1": ([INTERMEDIATE], dtype), "w2": ([INTERMEDIATE, HIDDEN], dtype),
+                       "b2": ([HIDDEN], dtype)},
+                      [op("h0", "matmul", ["x", "w1"]), op("h", "add", ["h0", "b1"]), op("a", "gelu", ["h"]),
+                       op("y0", "matmul", ["a", "w2"]), op("y", "add", ["y0", "b2"])], ["y"])
+
+
+def blocked(a: np.ndarray, b: np.ndarray, order: str) -> np.ndarray:
+    """``a @ b`` accumulated in float32 over K in another order: blocks of 32 added
+    first to last, or last to first, or four split-K partial sums added as a tree."""
+    a, b = a.astype(np.float32), b.astype(np.float32)
+    k = a.shape[1]
+    if order == "split-k tree":
+        parts = [a[:, i::4] @ b[i::4] for i in range(4)]
+        return (parts[0] + parts[1]) + (parts[2] + parts[3])
+    starts = range(0, k, 32) if order == "blocks of 32" else range(k - 32, -1, -32)
+    acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for s in starts:
+        acc += a[:, s:s + 32] @ b[s:s + 32]
+    return acc
+
+
+def kernel(values: dict, dtype: str, order: str, matmul=None) -> np.ndarray:
+    """The MLP computed as a fused kernel would: float32 math, each op's result
+    rounded to ``dtype``; GELU through the C library's erf (not the reference's)."""
+    t = np.dtype(dtype)
+    matmul = matmul or (lambda a, b: blocked(a, b, order))
+    h = (matmul(values["x"], values["w1"]).astype(t).astype(np.float32) + values["b1"]).astype(t)
+    hf = h.astype(np.float64)
+    a = (0.5 * hf * (1.0 + _erf(hf / math.sqrt(2.0)).astype(np.float64))).astype(np.float32).astype(t)
+    return (matmul(a, values["w2"]).astype(t).astype(np.float32) + values["b2"]).astype(t)
+
+
+@pytest.fixture(scope="module", params=["float16", "float32"])
+def case(request):
+    dtype = request.param
+    g = mlp(dtype)
+    values = run_reference(g, seed=3)
+    return g, dtype, values
+
+
+@pytest.mark.parametrize("order", ["blocks of 32", "blocks of 32, last first", "split-k tree"])
+def test_a_correct_kernel_passes_in_any_summation_order(case, order):
+    g, dtype, values = case
+    got = kernel(values, dtype, order)
+    check = compare("y", dtype, got, values["y"], accumulated_terms(g, "y"))
+    assert check.ok, check
+    assert check.max_abs_error > 0  # the order did change the result
+    if dtype == "float16":
+        # ... and elements near zero moved by more than n ulps of themselves: an
+        # elementwise-only rule would fail this correct kernel (the false failure of
+        # full-size mlp_gelu_f16, 2,726 of 8.4M elements)
+        rtol, _ = tolerance(dtype, accumulated_terms(g, "y"))
+        want = values["y"].astype(np.float64)
+        assert np.any(np.abs(got.astype(np.float64) - want) > rtol * np.abs(want))
+
+
+def _drop_one_term(a, b):
+    return blocked(a[:, 1:], b[1:], "blocks of 32")
+
+
+def _scale_one_tile(a, b):
+    out = blocked(a, b, "blocks of 32")
+    out[128:256, 128:256] *= 1.01
+    return out
+
+
+def _rows_off_by_one_in_a_tile(a, b):
+    out = blocked(a, b, "blocks of 32")
+    out[128:256, :128] = out[129:257, :128]
+    return out
+
+
+@pytest.mark.parametrize("wrong", [_drop_one_term, _scale_one_tile, _rows_off_by_one_in_a_tile],
+                         ids=["a dropped K term", "a tile 1% off", "a tile's rows off by one"])
+def test_a_wrong_kernel_fails(case, wrong):
+    g, dtype, values = case
+    got = kernel(values, dtype, "", matmul=wrong)
+    check = compare("y", dtype, got, values["y"], accumulated_terms(g, "y"))
+    assert not check.ok and check.error_ratio > 1, check
+
+
+def test_one_element_off_fails(case):
+    g, dtype, values = case
+    got = kernel(values, dtype, "blocks of 32")
+    scale = float(np.max(np.abs(values["y"].astype(np.float64))))
+    got[7, 9] = (got[7, 9].astype(np.float64) + 0.05 * scale).astype(dtype)
+    assert not compare("y", dtype, got, values["y"], accumulated_terms(g, "y")).ok
+
+
+def test_terms_are_the_sums_upstream(case):
+    g, _, _ = case
+    assert accumulated_terms(g, "h") == HIDDEN
+    assert accumulated_terms(g, "y") == HIDDEN + INTERMEDIATE
+    assert accumulated_terms(g, "x") == 0
+
+
+def test_tolerance_grows_with_the_square_root_of_the_terms_and_is_exact_for_integers():
+    u16, u32 = UNIT_ROUNDOFF["float16"], UNIT_ROUNDOFF["float32"]
+    assert tolerance("float16") == (8 * u16, 8 * u16)
+    assert tolerance("float32", 4096) == (8 * u32, 8 * u32 + 8 * 64 * u32)
+    assert tolerance("float8_e4m3fn") == (4 * 2.0**-4, 4 * 2.0**-4)
+    assert tolerance("int32", 10**6) == (0.0, 0.0)
+    assert not compare("i", "int32", np.array([1, 2, 4]), np.array([1, 2, 3]), 10**6).ok
+    assert compare("i", "int32", np.array([1, 2, 3]), np.array([1, 2, 3])).ok
+
+
+def test_specials_must_match_position_for_position():
+    want = np.array([1.0, np.inf, np.nan, -np.inf])
+    assert compare("y", "float32", want.copy(), want).ok
+    assert not compare("y", "float32", np.array([1.0, -np.inf, np.nan, -np.inf]), want).ok
+    assert not compare("y", "float32", np.array([1.0, np.inf, 0.0, -np.inf]), want).ok
+    assert not compare("y", "float32", np.array([np.nan, np.inf, np.nan, -np.inf]), want).ok
