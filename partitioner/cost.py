@@ -375,8 +375,7 @@ def objective(group: Group, hw: Hardware, kind: str = "time") -> int:
         An unknown ``kind``.
     """
     if kind == "energy":
-        flop_energy = sum(flops * hw.flop_energy_fj(*flop_unit(group.graph.ops[name]))
-                          for name, flops in op_flops(group).items())
+        flop_energy = sum(flops * hw.flop_energy_fj(*unit) for unit, flops in _flops_per_unit(group).items())
         return ((group.bytes_read + group.bytes_written) * hw.hbm_energy_fj
                 + on_chip_bytes(group) * hw.sram_energy_fj + flop_energy)
     launch = hw.launch_bytes
@@ -385,8 +384,18 @@ def objective(group: Group, hw: Hardware, kind: str = "time") -> int:
         return group.launches * launch.numerator + memory
     if kind != "time":
         raise ValueError(f"unknown objective {kind!r} (known: {', '.join(OBJECTIVES)})")
-    compute = sum(flops * hw.flop_units(*flop_unit(group.graph.ops[name])) for name, flops in op_flops(group).items())
+    compute = sum(flops * hw.flop_units(*unit) for unit, flops in _flops_per_unit(group).items())
     return group.launches * launch.numerator + max(memory, math.ceil(compute))
+
+
+def _flops_per_unit(group: Group) -> dict[tuple[str, bool], int]:
+    """The group's FLOP (:func:`op_flops`) summed per unit (:func:`flop_unit`): the
+    objective prices each unit once, not each op."""
+    per_unit: dict[tuple[str, bool], int] = {}
+    for name, flops in op_flops(group).items():
+        unit = flop_unit(group.graph.ops[name])
+        per_unit[unit] = per_unit.get(unit, 0) + flops
+    return per_unit
 
 
 # ---------------------------------------------------------------- budgets

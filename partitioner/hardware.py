@@ -8,6 +8,7 @@ give from a built-in profile.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from fractions import Fraction
@@ -110,20 +111,18 @@ class Hardware:
         is exact for profiles whose product has at most three decimals (all built-in
         ones); otherwise it is rounded to 1/1000 byte, which keeps the integers small.
         """
-        exact = Fraction(str(self.launch_overhead_us)) * Fraction(str(self.hbm_bandwidth_gb_per_s)) * 1000
-        return exact if exact.denominator <= LAUNCH_BYTES_DENOMINATOR else Fraction(
-            round(exact * LAUNCH_BYTES_DENOMINATOR), LAUNCH_BYTES_DENOMINATOR)
+        return _launch_bytes(self)
 
     @property
     def time_units_per_s(self) -> int:
         """Units of the ILP's integer time per second: bandwidth times the launch
         bytes' denominator, so that a byte and a launch are whole units."""
-        return int(Fraction(str(self.hbm_bandwidth_gb_per_s)) * 10**9 * self.launch_bytes.denominator)
+        return _time_units_per_s(self)
 
     def flop_units(self, dtype: str, contraction: bool) -> Fraction:
         """Integer-time units (:attr:`time_units_per_s`) one FLOP takes at the peak of
         its unit, exactly (the profile's decimal figures as fractions)."""
-        return Fraction(self.time_units_per_s) / (_peak_tflops(self, dtype, contraction) * 10**12)
+        return _flop_units(self, dtype, contraction)
 
     @property
     def hbm_energy_fj(self) -> int:
@@ -148,6 +147,25 @@ class Hardware:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# The ILP prices every candidate group with these; exact fractions are slow to
+# build, and a frozen profile's are constant, so each is computed once per profile.
+@functools.cache
+def _launch_bytes(hw: Hardware) -> Fraction:
+    exact = Fraction(str(hw.launch_overhead_us)) * Fraction(str(hw.hbm_bandwidth_gb_per_s)) * 1000
+    return exact if exact.denominator <= LAUNCH_BYTES_DENOMINATOR else Fraction(
+        round(exact * LAUNCH_BYTES_DENOMINATOR), LAUNCH_BYTES_DENOMINATOR)
+
+
+@functools.cache
+def _time_units_per_s(hw: Hardware) -> int:
+    return int(Fraction(str(hw.hbm_bandwidth_gb_per_s)) * 10**9 * _launch_bytes(hw).denominator)
+
+
+@functools.cache
+def _flop_units(hw: Hardware, dtype: str, contraction: bool) -> Fraction:
+    return Fraction(_time_units_per_s(hw)) / (_peak_tflops(hw, dtype, contraction) * 10**12)
 
 
 def _peak_tflops(hw: Hardware, dtype: str, contraction: bool) -> Fraction:
