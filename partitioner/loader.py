@@ -21,6 +21,7 @@ from .composites import COMPOSITES, Primitive, expand
 from .dtypes import DTYPES, DTYPES_1_1
 from .errors import GraphError, InferenceError
 from .graph import Graph, Op
+from . import onnx_semantics
 from .ops import REGISTRY, Attr, TensorType
 from .schema import validator
 from .values import parse_inline
@@ -280,6 +281,9 @@ def format_1_1_feature(data: dict, tensors: dict[str, TensorType] | None = None)
     op = next((e for e in data.get("ops", []) if e.get("op") in FORMAT_1_1_OPS), None)
     if op is not None:
         return f"op '{op['name']}' ({op['op']})"
+    op = next((e for e in data.get("ops", []) if e.get("op") == "custom" and "onnx" in (e.get("attrs") or {})), None)
+    if op is not None:
+        return f"op '{op['name']}' (custom with an 'onnx' node)"
     dtypes = [e.get("dtype") for e in (*data.get("inputs", []), *data.get("ops", []))]
     dtypes += [t.dtype for t in (tensors or {}).values()]
     used = sorted({d for d in dtypes if d in DTYPES_1_1})
@@ -353,8 +357,10 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
             raise ctx.error(f"output '{out}' names nothing (no graph input or op has that name)")
     if len(set(outputs)) != len(outputs):
         raise ctx.error("'outputs' names a tensor twice")
-    return Graph(data.get("name", default_name), data.get("source", ""), inputs, ops, tuple(outputs), path, values,
-                 data.get("values"))
+    graph = Graph(data.get("name", default_name), data.get("source", ""), inputs, ops, tuple(outputs), path, values,
+                  data.get("values"))
+    onnx_semantics.attach(graph)  # an ONNX custom op's kept node: its semantics (onnx imported only when run)
+    return graph
 
 
 def load_graph(source: str | os.PathLike | dict) -> Graph:

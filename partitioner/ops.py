@@ -831,4 +831,4 @@ _register(OpSpec("avg_pool2d", "window", 1, 1, _infer_pool("avg_pool2d"), _ref_p
 _register(OpSpec("gather", "gather", 2, 2, _infer_gather, _ref_gather, _flops_none,
                  {"axis": Attr("int", default=0)}, False))
 _register(OpSpec("custom", "opaque", 0, None, _infer_custom, _ref_custom, _flops_none,
-                 {"kind": Attr("str", required=True)}, False))
+                 {"kind": Attr("str", required=True), "onnx": Attr("str")}, False))

@@ -91,7 +91,10 @@ def _run_hook(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndar
     """A custom op's result from the semantics its importer attached, checked
     against the op's stated shape and dtype."""
     op = graph.ops[name]
-    result = np.asarray(graph.hooks[name](*[values[t] for t in op.tensor_inputs]))
+    try:
+        result = np.asarray(graph.hooks[name](*[values[t] for t in op.tensor_inputs]))
+    except ValueError as exc:
+        raise ValueError(f"op '{name}' ({op.attrs['kind']}): {exc}") from None
     if result.shape != op.out.shape or result.dtype != numpy_dtype(op.out.dtype):
         raise ValueError(f"op '{name}': its semantics hook gave {result.dtype}{list(result.shape)}, "
                          f"not the stated {op.out.dtype}{list(op.out.shape)}")

@@ -108,17 +108,30 @@ def provenance(graph: Graph) -> dict:
     """Where each input's value comes from in a run: ``inline`` and ``file`` (names
     given by the graph), ``seeded`` (the rest), and ``missing`` (the side file the
     graph names, when it is not there); and how each ``custom`` op's result is
-    made: ``hooked`` (its importer's semantics) or ``drawn`` (random data)."""
+    made: ``hooked`` (through a semantics hook: ``via`` names it per op,
+    ``onnx.reference`` for an ONNX op's kept node, ``importer`` for one its
+    importer attached in memory) or ``drawn`` (random data; ``no_onnx`` lists those
+    whose kept ONNX node could run were onnx installed)."""
     found = constants(graph)
     customs = [name for name, op in graph.ops.items() if op.kind == "custom"]
+    hooked = [c for c in customs if c in graph.hooks]
+    drawn = [c for c in customs if c not in graph.hooks]
     return {"inline": list(found.inline), "file": list(found.from_file),
             "seeded": [n for n in graph.inputs if n not in found.values], "missing": found.missing,
-            "hooked": [c for c in customs if c in graph.hooks], "drawn": [c for c in customs if c not in graph.hooks]}
+            "hooked": hooked, "drawn": drawn,
+            "via": {c: getattr(graph.hooks[c], "via", "importer") for c in hooked},
+            "no_onnx": [c for c in drawn if graph.ops[c].attrs.get("onnx")]}
+
+
+def _some(names: list[str]) -> str:
+    """``a, b, c, ...``: the first three names."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def provenance_text(graph: Graph, seed: int) -> str:
     """The run report's lines on values: ``inputs    2 constant values in the
-    graph, ...``, and ``custom    ...`` when the graph has custom ops."""
+    graph, ...``, and ``custom    ...`` when the graph has custom ops, naming those
+    run through a semantics hook and those whose results were drawn."""
     p = provenance(graph)
     parts = []
     if p["inline"]:
@@ -130,11 +143,21 @@ def provenance_text(graph: Graph, seed: int) -> str:
     missing = f"; {p['missing']} is missing, so the values it holds were drawn at random" if p["missing"] else ""
     lines = [f"inputs    {', '.join(parts) or 'none'}{missing}"]
     if p["hooked"] or p["drawn"]:
-        custom = [f"{len(p['hooked'])} run by their importer's semantics"] if p["hooked"] else []
+        custom = []
+        for via, what in (("onnx.reference", "run through onnx.reference (their ONNX node)"),
+                          ("importer", "run by their importer's semantics")):
+            names = [c for c in p["hooked"] if p["via"][c] == via]
+            if names:
+                custom.append(f"{len(names)} {what}: {_some(names)}")
+        others = [c for c in p["hooked"] if p["via"][c] not in ("onnx.reference", "importer")]
+        if others:
+            custom.append(f"{len(others)} run by a semantics hook: {_some(others)}")
         if p["drawn"]:
             custom.append(f"{len(p['drawn'])} without semantics, whose results were drawn at random "
-                          f"({', '.join(p['drawn'][:3])}{', ...' if len(p['drawn']) > 3 else ''})")
-        lines.append(f"custom    {'; '.join(custom)}: the plan runs on those results")
+                          f"({_some(p['drawn'])})")
+        if p["no_onnx"]:
+            custom.append(f"{len(p['no_onnx'])} of them keep an ONNX node that runs once onnx is installed")
+        lines.append(f"custom    {'; '.join(custom)}; the plan runs on those results")
     return "".join(line + "\n" for line in lines)
 
 

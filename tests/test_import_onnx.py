@@ -18,6 +18,8 @@ from onnx import helper, numpy_helper  # noqa: E402
 import partitioner  # noqa: E402
 from partitioner import GraphError, cli, partition, run_reference  # noqa: E402
 from partitioner.importers import onnx as onnx_importer  # noqa: E402
+from partitioner import onnx_semantics  # noqa: E402
+from partitioner.values import provenance_text as values_provenance_text  # noqa: E402
 
 F, I64, B, F16 = TP.FLOAT, TP.INT64, TP.BOOL, TP.FLOAT16
 NUMPY = {F: np.float32, I64: np.int64, B: np.bool_, F16: np.float16, TP.INT32: np.int32, TP.INT8: np.int8,
@@ -685,10 +687,64 @@ def test_unmappable_ops_become_custom_and_the_graph_plans():
     assert result.summary.reasons["MaxPool"] == "MaxPool's Indices output is used"
     assert "custom CumSum x1" in result.summary.text("import")
     custom = {o["name"]: o for o in result.graph["ops"] if o["op"] == "custom"}
-    assert custom["c"]["attrs"] == {"kind": "CumSum"} and custom["c"]["shape"] == [4, 8]
+    assert custom["c"]["attrs"]["kind"] == "CumSum" and custom["c"]["shape"] == [4, 8]
     assert custom["i"]["dtype"] == "int64" and custom["i"]["shape"] == [1, 2, 3, 3]
     plan = partition(result.load(), "ilp")
     assert plan.solver.status == "OPTIMAL"
+
+
+def test_custom_ops_keep_their_onnx_node_and_compute_the_models_values(tmp_path):
+    """Each custom op keeps its ONNX node: the graph file, loaded again, runs it
+    through onnx.reference and gives onnxruntime's values, for a node's first
+    output and for a single-output node; and the run report says so."""
+    nodes = [helper.make_node("CumSum", ["x", "axis"], ["c"]),
+             helper.make_node("MaxPool", ["p"], ["v", "i"], kernel_shape=[2, 2]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    model = make(nodes, {"x": (F, [4, 8]), "axis": (I64, []), "p": (F, [1, 2, 4, 4])},
+                 {"y": (F, None), "v": (F, None), "i": (I64, None)})
+    feeds = {**feeds_for(model), "axis": np.array(1, np.int64)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    source, path = tmp_path / "customs.onnx", tmp_path / "customs.yaml"
+    onnx.save(model, source)
+    assert cli.main(["import", str(source), "-o", str(path)]) == 0
+    graph = partitioner.load_graph(path)
+    assert sorted(graph.hooks) == ["c", "v"]  # onnx.reference's MaxPool Indices are wrong: drawn
+    got = run_reference(graph, {**feeds, "i": expected[2]})
+    for name, want in zip(["y", "v"], expected):
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+    report = values_provenance_text(graph, 0)
+    assert "2 run through onnx.reference (their ONNX node): c, v" in report, report
+    assert "1 without semantics, whose results were drawn at random (i)" in report, report
+
+
+def test_without_onnx_a_kept_node_is_drawn_and_the_report_says_so(monkeypatch):
+    model = make([helper.make_node("CumSum", ["x", "axis"], ["y"])], {"x": (F, [4, 8]), "axis": (I64, [])},
+                 {"y": (F, None)})
+    graph = onnx_importer.convert(model).graph
+    monkeypatch.setattr(onnx_semantics, "available", lambda: False)
+    loaded = partitioner.load_graph(graph)
+    assert not loaded.hooks
+    report = values_provenance_text(loaded, 0)
+    assert "1 without semantics" in report and "1 of them keep an ONNX node that runs once onnx is installed" in report
+
+
+def test_a_corrupt_onnx_node_fails_the_run_in_one_line(tmp_path):
+    model = make([helper.make_node("CumSum", ["x", "axis"], ["y"])], {"x": (F, [4, 8]), "axis": (I64, [])},
+                 {"y": (F, None)})
+    graph = onnx_importer.convert(model).graph
+    graph["ops"][0]["attrs"]["onnx"] = "bm90IGEgbW9kZWw="  # base64 of "not a model"
+    loaded = partitioner.load_graph(graph)
+    with pytest.raises(ValueError, match=r"^op 'y' \(CumSum\): its 'onnx' attribute is no ONNX model") as caught:
+        run_reference(loaded)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_random_node_keeps_no_semantics():
+    """A random generator's result has no fixed value: a run draws it, never
+    onnx.reference's one sample."""
+    model = make([helper.make_node("RandomNormalLike", ["x"], ["y"])], {"x": (F, [4, 8])}, {"y": (F, None)})
+    graph = onnx_importer.convert(model).graph
+    assert [o["attrs"] for o in graph["ops"]] == [{"kind": "RandomNormalLike"}]
 
 
 def dynamic_model():

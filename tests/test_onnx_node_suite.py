@@ -28,7 +28,7 @@ from partitioner.importers import onnx as onnx_importer  # noqa: E402
 from partitioner.reference import run_reference  # noqa: E402
 
 # Measured on this version: a floor, so that a change that refuses more cases fails.
-PASSING_AT_LEAST = 688
+PASSING_AT_LEAST = 1625
 
 
 # Cases whose expected outputs ONNX writes rounded (to 4 decimals), so they are
@@ -49,6 +49,14 @@ def _array(value) -> np.ndarray:
     return numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
 
 
+def _by_onnx_reference(graph, tensor: str) -> bool:
+    """Whether ``tensor`` is a custom op's result computed by ``onnx.reference``: two
+    of ONNX's own implementations (its reference and the case's NumPy code) may then
+    differ in float rounding, so the case's own rtol and atol judge it, as ONNX's
+    backend runner judges any backend."""
+    return getattr(graph.hooks.get(tensor), "via", None) == "onnx.reference"
+
+
 def _outcome(case) -> tuple[str, str]:
     """``(pass | refused | wrong | crash, detail)`` for one node test case."""
     try:
@@ -65,14 +73,18 @@ def _outcome(case) -> tuple[str, str]:
             values = run_reference(graph, {k: v for k, v in feed.items() if k in graph.inputs})
         except NotImplementedError as exc:  # a custom op: no semantics
             return "refused", str(exc)
+        except ValueError as exc:  # onnx.reference accepts a node it then cannot run (Scan-8)
+            if "onnx.reference failed" not in str(exc):
+                raise
+            return "refused", str(exc)
         for name, want in zip(outputs, expected):
             want = _array(want)
             got = values.get(result.renamed.get(name, name))
             if got is None or got.shape != want.shape or str(got.dtype) != str(want.dtype):
                 return "wrong", f"output '{name}': {None if got is None else (got.dtype, got.shape)} " \
                                 f"against {(want.dtype, want.shape)}"
-            if case.name in ROUNDED:
-                if not np.allclose(got, want, rtol=case.rtol, atol=case.atol):
+            if case.name in ROUNDED or _by_onnx_reference(graph, result.renamed.get(name, name)):
+                if not np.allclose(got, want, rtol=case.rtol, atol=case.atol, equal_nan=True):
                     return "wrong", f"output '{name}': not within the case's rtol {case.rtol}"
                 continue
             dtype = str(want.dtype)

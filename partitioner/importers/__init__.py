@@ -243,9 +243,11 @@ class GraphBuilder:
         self.ops.append(entry)
         return name
 
-    def custom(self, name: str, kind: str, inputs: Sequence[str], shape: Sequence[int], dtype: str) -> str:
-        """Add a ``custom`` op of source kind ``kind`` and return its name."""
-        return self.op(name, "custom", inputs, {"kind": kind}, shape, dtype)
+    def custom(self, name: str, kind: str, inputs: Sequence[str], shape: Sequence[int], dtype: str,
+               attrs: dict | None = None) -> str:
+        """Add a ``custom`` op of source kind ``kind`` (with further custom ``attrs``,
+        such as ONNX's kept node) and return its name."""
+        return self.op(name, "custom", inputs, {"kind": kind, **(attrs or {})}, shape, dtype)
 
     def _check(self, entry: dict) -> TensorType:
         operands = list(dict.fromkeys(i for i in entry["inputs"] if isinstance(i, str)))

@@ -27,6 +27,7 @@ from onnx.reference import ReferenceEvaluator
 
 from ..dtypes import cast_array
 from ..errors import GraphError, InferenceError
+from .. import onnx_semantics
 from ..graph import Graph
 from ..ops import broadcast_shapes, reshape_target
 from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
@@ -40,6 +41,9 @@ DTYPES = {
     TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64", TensorProto.FLOAT8E4M3FN: "float8_e4m3fn",
     TensorProto.FLOAT8E5M2: "float8_e5m2",
 }
+
+# format dtype -> ONNX element type
+_ELEM_TYPES = {v: k for k, v in DTYPES.items()}
 
 # Known values up to this many elements are folded at import time; larger results are computed by the graph.
 FOLD_LIMIT = 1 << 16
@@ -219,6 +223,7 @@ class _Known:
 class _Converter:
     def __init__(self, model: onnx.ModelProto, name: str, source: str, label: str, base_dir: str | None, opset: int):
         self.graph = model.graph
+        self._functions = list(model.functions)
         self.label = label
         self.base_dir = base_dir
         self.opset = opset
@@ -346,15 +351,26 @@ class _Converter:
                 and self.types.get(node.input[1], (None, None))[1] in DTYPES)
 
     def _custom(self, node: onnx.NodeProto, kind: str) -> None:
+        """One ``custom`` op per output of ``node``, each keeping the node as its
+        ``onnx`` attribute (``partitioner.onnx_semantics``) where onnx.reference can
+        run it, so that a run computes its real result."""
         inputs = list(dict.fromkeys(self.tensor(i) for i in node.input if i))
-        for out in node.output:
+        operands = [f"x{inputs.index(self.tensor(i))}" if i else None for i in node.input]
+        types = [(self.b.type(t).shape, _ELEM_TYPES[self.b.type(t).dtype]) for t in inputs]
+        calls = any((f.domain, f.name) == (node.domain, node.op_type) for f in self._functions)
+        functions = self._functions if calls else []  # a model-local function, and those it may call
+        for k, out in enumerate(node.output):
             if not out:
                 continue
             shape, elem_type = self.types.get(out, (None, None))
             if shape is None:
                 raise GraphError(f"{self.label}: op '{node.name or out}' ({kind}): ONNX shape inference gives "
                                  f"no static shape for its output '{out}'; format v1 needs one for a custom op")
-            self.env[out] = self.b.custom(self.names[out], kind, inputs, shape, self.dtype(out, elem_type))
+            dtype = self.dtype(out, elem_type)
+            kept = None if _random(node) else onnx_semantics.encode(
+                node, operands, types, k, (shape, _ELEM_TYPES[dtype]), self.opsets, functions)
+            self.env[out] = self.b.custom(self.names[out], kind, inputs, shape, dtype,
+                                          {onnx_semantics.ATTR: kept} if kept else None)
 
     # ---------------------------------------------------------------- values
 
@@ -423,6 +439,12 @@ class _Converter:
     def helper(self, node: onnx.NodeProto, part: str, op: str, inputs: list, attrs: dict | None = None) -> str:
         """An intermediate op of a decomposition, named ``OUTPUT_part``."""
         return self.b.op(self.b.fresh(self.names[node.output[0]], part), op, inputs, attrs)
+
+
+def _random(node: onnx.NodeProto) -> bool:
+    """A node whose result is random (a training-mode Dropout's mask, a random
+    generator): it keeps no semantics, and a run draws its result."""
+    return node.domain in _DEFAULT_DOMAINS and (node.op_type in _NOT_FOLDED or node.op_type == "Dropout")
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
