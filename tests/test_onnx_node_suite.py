@@ -10,6 +10,7 @@ run (a ``custom`` op has no semantics). None may give a wrong value or crash.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import warnings
 from collections import Counter
 
@@ -28,7 +29,11 @@ from partitioner.importers import onnx as onnx_importer  # noqa: E402
 from partitioner.reference import run_reference  # noqa: E402
 
 # Measured on this version: a floor, so that a change that refuses more cases fails.
-PASSING_AT_LEAST = 1625
+# It does not count the cases that pass only where an optional package is installed.
+PASSING_AT_LEAST = 1616
+# onnx.reference decodes images with Pillow, which none of the project's extras but
+# `bench` (through matplotlib) installs: without it these 9 cases are refused at run.
+NEEDS_PILLOW = "test_image_decoder_"
 
 
 # Cases whose expected outputs ONNX writes rounded (to 4 decimals), so they are
@@ -109,7 +114,12 @@ def test_every_node_case_passes_or_is_refused_in_one_line():
     assert not bad, f"{counts}: {sorted(bad.items())[:20]}"
     multiline = [name for name, (kind, detail) in outcomes.items() if kind == "refused" and "\n" in detail]
     assert not multiline, multiline[:10]
-    assert counts["pass"] >= PASSING_AT_LEAST, counts
+    optional = [name for name in outcomes if name.startswith(NEEDS_PILLOW)]
+    assert len(optional) == 9
+    if importlib.util.find_spec("PIL") is not None:
+        assert all(outcomes[name][0] == "pass" for name in optional), {n: outcomes[n] for n in optional}
+    assert sum(kind == "pass" for name, (kind, _) in outcomes.items() if name not in optional) >= PASSING_AT_LEAST, \
+        counts
 
 
 # The cases the issue named, each by the kind of fault it showed.
