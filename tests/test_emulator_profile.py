@@ -216,9 +216,11 @@ def test_float16_product_main_loop_fragments_conflict_four_and_eight_ways(counte
 
 def test_a_warp_per_row_reduction_counts_its_shuffles(counted):
     rows = counted[0]["rows"]
-    # 16 rows of 64: a warp per row, 5 butterfly shuffles per row, no barrier
+    # 16 rows of 64: a warp per row, 5 butterfly shuffles per row, no barrier; a row of
+    # 64 floats is 16 chunks of 16 bytes, one load request (16 lanes) per row
     assert rows.ops["shuffles"] == 16 * 5 and rows.ops["barriers"] == 0
-    assert rows.requests("ldg").efficiency == 1.0 and rows.requests("ldg").requests == 16 * 2
+    loads = rows.requests("ldg")
+    assert loads.efficiency == 1.0 and loads.requests == 16 and loads.bytes == 16 * 64 * 4
 
 
 def test_counting_needs_the_emulator():

@@ -311,7 +311,10 @@ class Emitter:
             "max": literal(op.attrs["max"], cdtype) if op.attrs.get("max") is not None else None,
             "approximate": op.attrs.get("approximate"),
         }
-        expr = str(self.expr(op.kind, args, REGISTER[cdtype], lits))
+        if _is_square(op, cdtype):
+            expr = f"({args[0]} * {args[0]})"
+        else:
+            expr = str(self.expr(op.kind, args, REGISTER[cdtype], lits))
         var = self.declare(op.promoted, round_result(expr, op.promoted) if cdtype != op.promoted else expr)
         if op.out.dtype != op.promoted:
             var = self.declare(op.out.dtype, convert(var, op.promoted, op.out.dtype))
@@ -467,6 +470,15 @@ class Emitter:
         """Store ``tensor`` at ``idx`` into ``pointer`` (its storage type)."""
         t = self.graph.tensor(tensor)
         self.emit(f"PART_STG({pointer}[{linear(t.shape, idx)}]) = {to_storage(self.value(tensor, idx), t.dtype)};")
+
+
+def _is_square(op: Op, cdtype: str) -> bool:
+    """``pow(x, 2)`` computed in a float type: one multiply, ``x * x``, instead of ``powf``.
+    Both round the exact square once, so the value is the same (NumPy's too); integer
+    powers keep ``part_ipow``, which wraps as NumPy does."""
+    exponent = op.inputs[1] if op.kind == "pow" else None
+    return (cdtype in FLOATS and isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+            and exponent == 2)
 
 
 def _tap_position(axis: pooling.Axis, o: str, tap: str) -> str:
