@@ -240,9 +240,13 @@ def _contraction_reads(group: Group, op, position: int, numel: int) -> int:
 
 
 def flops_once(graph, op) -> int:
-    """FLOP to compute ``op``'s result once (the registry's count)."""
-    operands = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
-    return op.spec.flops(operands, op.attrs, op.out)
+    """FLOP to compute ``op``'s result once (the registry's count; computed once per
+    op of the graph, since every candidate group holding the op prices it)."""
+    counts = graph.cache.setdefault("flops_once", {})
+    if op.name not in counts:
+        operands = [graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+        counts[op.name] = op.spec.flops(operands, op.attrs, op.out)
+    return counts[op.name]
 
 
 def op_flops(group: Group) -> dict[str, int]:

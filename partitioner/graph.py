@@ -50,21 +50,23 @@ class Op:
     promoted: str
     origin: str | None = None
 
-    @property
+    # Cached: the enumeration reads these millions of times on a whole network, and an
+    # Op never changes (frozen), so each is derived once.
+    @cached_property
     def spec(self) -> OpSpec:
         return REGISTRY[self.kind]
 
-    @property
+    @cached_property
     def op_class(self) -> str:
         return self.spec.op_class
 
-    @property
+    @cached_property
     def is_view(self) -> bool:
         """A reshape that keeps its dtype shares its input's memory; one that states
         another dtype converts, so it is a real op."""
         return self.spec.is_view and self.out.dtype == self.promoted
 
-    @property
+    @cached_property
     def tensor_inputs(self) -> tuple[str, ...]:
         """Distinct tensor operands, in first-use order."""
         return tuple(dict.fromkeys(i for i in self.inputs if isinstance(i, str)))

@@ -7,6 +7,11 @@ the heuristic: is the merged group legal (``legality.is_legal`` on
 ``base.group_of``, which also rejects a non-convex set), and would the merge
 close a cycle between groups. It holds no fusion rule and no cost of its own.
 
+The groups are kept in a topological order as they merge (Pearce and Kelly, "A
+dynamic topological sort algorithm for directed acyclic graphs", ACM JEA 2006): a
+group can reach only groups after it, so the cycle check searches only the groups
+between the merged ones, not everything downstream.
+
 Group ids are the topological index of a group's first compute op at creation;
 a merged group keeps the smallest id of its parts, so ids are stable and
 deterministic. A rewrite that replaces a subgraph by one opaque kernel (an
@@ -38,6 +43,7 @@ class Merging:
         self.owner: dict[int, int] = {i: i for i in computes}
         self._succ: dict[int, set[int]] = {i: set() for i in computes}
         self._pred: dict[int, set[int]] = {i: set() for i in computes}
+        self._position: dict[int, int] = {i: i for i in computes}  # a topological order of the groups
         for i in computes:
             for j in self.readers(i):
                 self._succ[i].add(j)
@@ -85,14 +91,16 @@ class Merging:
         """Whether merging the groups ``ids`` would make the groups depend on each
         other in a cycle: a path leaves the merged set and comes back to it."""
         inside = set(ids)
-        frontier = [t for s in ids for t in self._succ[s] if t not in inside]
+        last = max(self._position[i] for i in ids)  # a group after every merged one reaches none
+        position = self._position
+        frontier = [t for s in ids for t in self._succ[s] if t not in inside and position[t] < last]
         seen = set(frontier)
         while frontier:
             node = frontier.pop()
             for t in self._succ[node]:
                 if t in inside:
                     return True
-                if t not in seen:
+                if t not in seen and position[t] < last:
                     seen.add(t)
                     frontier.append(t)
         return False
@@ -127,18 +135,53 @@ class Merging:
         the merged group's id, the smallest of ``ids``."""
         keep = min(ids)
         gone = [gid for gid in ids if gid != keep]
+        edges = []
         for gid in gone:
             self.members[keep] |= self.members.pop(gid)
+            del self._position[gid]
             for nxt in self._succ.pop(gid):
                 self._pred[nxt].discard(gid)
-                self._succ[keep].add(nxt)
-                self._pred[nxt].add(keep)
+                edges.append((keep, nxt))
             for prev in self._pred.pop(gid):
                 self._succ[prev].discard(gid)
-                self._pred[keep].add(prev)
-                self._succ[prev].add(keep)
-        self._succ[keep].discard(keep)
-        self._pred[keep].discard(keep)
+                edges.append((prev, keep))
+        merged = set(ids)
+        for a, b in edges:  # an edge between two merged groups is no edge
+            if a not in merged or b not in merged:
+                a, b = keep if a in merged else a, keep if b in merged else b
+                if b not in self._succ[a]:
+                    self._add_edge(a, b)
         for i in self.graph.names(self.members[keep]):
             self.owner[self.graph.index[i]] = keep
         return keep
+
+    def _add_edge(self, a: int, b: int) -> None:
+        """Add the edge ``a -> b`` between groups and restore the topological order
+        where it breaks it (Pearce-Kelly): the groups ``b`` reaches that sit before
+        ``a``, and those reaching ``a`` that sit after ``b``, swap into an order that
+        puts the latter first, on the positions they held."""
+        self._succ[a].add(b)
+        self._pred[b].add(a)
+        position = self._position
+        low, high = position[b], position[a]
+        if low > high:
+            return
+        forward = self._reach(b, self._succ, lambda t: position[t] <= high)  # a itself: a cycle
+        if a in forward:
+            raise ValueError(f"merging groups closes a cycle through groups {a} and {b}: check creates_cycle first")
+        backward = self._reach(a, self._pred, lambda t: position[t] > low)
+        moved = sorted(backward, key=position.get) + sorted(forward, key=position.get)
+        for gid, slot in zip(moved, sorted(position[g] for g in moved)):
+            position[gid] = slot
+
+    @staticmethod
+    def _reach(start: int, edges: dict[int, set[int]], within) -> set[int]:
+        """``start`` and the groups reachable from it along ``edges`` through groups
+        ``within`` accepts."""
+        seen, frontier = {start}, [start]
+        while frontier:
+            for t in edges[frontier.pop()]:
+                if t not in seen and within(t):
+                    seen.add(t)
+                    frontier.append(t)
+        return seen
