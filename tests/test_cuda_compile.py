@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
-from backends.cuda.compile import compile_kernels, parse_ptxas
+from backends.cuda.compile import compile_kernels, parse_ptxas, publish
 from backends.cuda.emit import EmitError, write
 from backends.cuda.render import render
 from partitioner import cli, load_graph, partition
@@ -247,3 +248,23 @@ def test_cli_compile_counts_the_groups_it_compiles_no_kernel_for(tmp_path, capsy
     assert cli.main([str(custom), "--strategy", "none", "--compile"]) == 0
     out = capsys.readouterr().out
     assert "compiled  3 kernel(s); no kernel for 1 group(s) with a custom op (no semantics: not run)" in out
+
+
+@pytest.mark.skipif(shutil.which("sleep") is None, reason="no sleep program to run")
+def test_a_cached_program_is_replaced_while_another_process_runs_it(tmp_path):
+    """Two runs that build the same program share its cache entry: the second one's
+    copy must not fail on the program the first one is running ("Text file busy"),
+    nor may a run see a partial file."""
+    running, fresh = tmp_path / "plan", tmp_path / "built"
+    shutil.copy(shutil.which("sleep"), running)
+    fresh.write_bytes(b"new program")
+    process = subprocess.Popen([str(running), "30"])
+    try:
+        with pytest.raises(OSError, match="Text file busy"):
+            shutil.copy(fresh, running)  # what the cache did: it cannot write a running program
+        publish(fresh, running)
+        assert running.read_bytes() == b"new program"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "plan"]  # no partial file left
+    finally:
+        process.kill()
+        process.wait()

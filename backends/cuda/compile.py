@@ -82,6 +82,16 @@ def cache_dir() -> Path:
     return path
 
 
+def publish(source: Path, target: Path) -> None:
+    """Put file ``source`` at ``target`` in the cache atomically: copied beside it, then
+    renamed over it. A concurrent run then never reads or executes a partial file, and
+    replacing a program that another process is running does not fail ("Text file
+    busy"), as copying over it does."""
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    shutil.copy(source, partial)
+    os.replace(partial, target)
+
+
 def parse_ptxas(log: str) -> dict[str, Resources]:
     """Kernel name -> :class:`Resources` from ``nvcc -Xptxas -v`` output."""
     found: dict[str, Resources] = {}
@@ -167,6 +177,7 @@ def compile_kernels(kernels: list[Kernel], arch: str = DEFAULT_ARCH) -> Compiled
             first = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr.strip()[:200])
             raise CompileError(f"nvcc failed for {arch}: {first.strip()} (log: {entry / 'nvcc.log'})")
         resources = parse_ptxas(result.stdout + result.stderr)
-        shutil.copy(work / "kernels.cubin", cubin)
-    report.write_text(json.dumps({name: asdict(r) for name, r in resources.items()}))
+        (work / report.name).write_text(json.dumps({name: asdict(r) for name, r in resources.items()}))
+        publish(work / "kernels.cubin", cubin)
+        publish(work / report.name, report)  # last: a run that sees the report finds the cubin whole
     return Compiled(arch, cubin, resources)

@@ -22,7 +22,7 @@ from partitioner.dtypes import numpy_dtype
 
 from ..base import BackendError
 from .codegen import storage_type
-from .compile import cache_dir
+from .compile import cache_dir, publish
 from .counters import PROGRAM, KernelCounters, parse
 from .kernels.common import environment
 from .render import RUNTIME_HEADER, Kernel, Rendered, runtime_header
@@ -132,7 +132,7 @@ def build(rendered: Rendered, profile: bool = False) -> Path:
             (entry / "g++.log").write_text(result.stderr)
             first = next((ln for ln in result.stderr.splitlines() if "error" in ln), result.stderr[:200])
             raise EmulatorError(f"the emulated program does not compile: {first.strip()} (log: {entry / 'g++.log'})")
-        shutil.copy(work / "plan", binary)
+        publish(work / "plan", binary)
     return binary
 
 
