@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair
-from .dtypes import compute_dtype, itemsize, reduction_accumulator
+from .dtypes import HALFS, compute_dtype, itemsize, reduction_accumulator
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes
@@ -47,6 +47,16 @@ OBJECTIVES = ("time", "traffic", "energy")
 # tiles double-buffered in shared memory (the classic CUTLASS-style SIMT/WMMA tiling).
 TILE_M, TILE_N, TILE_K, TILE_STAGES = 128, 128, 32, 2
 CONTRACTION_THREADS = 256
+# Shared-memory operand tiles are padded so that main-loop reads meet no bank conflict
+# (CUTLASS's padded layouts). Tensor cores (float16/bfloat16): each row by 8 elements,
+# 16 bytes; a fragment load reads 8 rows of 16 bytes per phase, and rows of 64 (A:
+# TILE_K halves) or 256 bytes (B: TILE_N) fall on 2 or 1 of the 8 16-byte bank groups
+# (4- and 8-way conflicts), where 80- and 272-byte rows fall on 8 (WMMA needs a row
+# stride of a multiple of 8 halves). CUDA cores: rows by 1 element; a warp reads one
+# element of each of two A rows 16 rows apart, the same bank at a stride of 32 words,
+# different banks at 33; and a warp loading a tile along k (an operand consecutive in
+# k) writes 32 rows of B at once, all in one bank at a stride of 128 words.
+TILE_PAD_TENSOR_CORES, TILE_PAD_CUDA_CORES = 8, 1
 # Reductions: 256 threads per block. A row of more than SHORT_ROW elements is
 # processed by the whole block (a partial per warp goes through shared memory for
 # the block-level combine); shorter rows by one warp each, ROWS_PER_WARP_BLOCK rows
@@ -514,12 +524,22 @@ def _operand_bytes(group: Group) -> int:
     return itemsize(op.promoted)
 
 
+def tile_row_strides(group: Group) -> tuple[int, int]:
+    """Elements from one row of the contraction's shared-memory operand tiles to the
+    next: (A, B), rows of ``TILE_K`` and ``TILE_N`` elements and their padding."""
+    op = next(op for op in group.compute if op.op_class == "contraction")
+    if op.promoted in HALFS:
+        return TILE_K + TILE_PAD_TENSOR_CORES, TILE_N + TILE_PAD_TENSOR_CORES
+    return TILE_K + TILE_PAD_CUDA_CORES, TILE_N + TILE_PAD_CUDA_CORES
+
+
 def shared_memory(group: Group) -> int:
     """Bytes of shared memory per block the group's kernel needs (estimate)."""
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":
-        return (TILE_M * TILE_K + TILE_K * TILE_N) * _operand_bytes(group) * TILE_STAGES
+        a_stride, b_stride = tile_row_strides(group)
+        return (TILE_M * a_stride + TILE_K * b_stride) * _operand_bytes(group) * TILE_STAGES
     if group.kind == "attention":
         return attention_tiling(group).shared_memory
     return 0

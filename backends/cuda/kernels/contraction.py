@@ -7,7 +7,11 @@ so the shared-memory estimate and the kernel agree by construction.
 
 from __future__ import annotations
 
-from partitioner.cost import CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contraction_dims, shared_memory
+import ast
+import re
+
+from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, WARP, contraction_dims, shared_memory,
+                             tile_row_strides)
 from partitioner.dtypes import product_accumulator
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
@@ -46,7 +50,9 @@ def build(group: Group, index: int, hw) -> dict:
     else:
         b_idx = ()
 
-    def operand(which: str) -> str:
+    def operand(which: str) -> tuple[str, str]:
+        """The operand element's code, and the tile coordinate its global reads step
+        along consecutively (``_fast_axis``)."""
         em = Emitter(g, sources, expr_macro(), "idx_t", names)
         em.depth = 5
         tensor = a_tensor if which == "a" else b_tensor
@@ -61,8 +67,11 @@ def build(group: Group, index: int, hw) -> dict:
             em.emit(f"{target} = {convert(em.value(tensor, idx), t.dtype, promoted)};")
         else:
             em.emit(f"{target} = {convert(_conv_operand(em, op, which, g), t.dtype, promoted)};")
-        return "\n".join(em.lines)
+        axes = ("m", "k") if which == "a" else ("k", "n")
+        probe = {"m": m // 2, "n": n // 2, "k": k // 2, "bz": 0}
+        return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes)
 
+    (a_value, a_fast), (b_value, b_fast) = operand("a"), operand("b")
     epi = Emitter(g, sources, expr_macro(), "idx_t", names)
     epi.depth = 3
     out_idx = _output_index(epi, op, b_idx, g)
@@ -91,23 +100,105 @@ def build(group: Group, index: int, hw) -> dict:
     op_type = storage_type(promoted) if wmma else REGISTER[promoted]
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
     warps = CONTRACTION_THREADS // 32
+    a_ld, b_ld = tile_row_strides(group)
     return {
         "template": "contraction.cu.j2", "params": params, "bits": bits,
         "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
         "smem_dynamic": dynamic, "smem_static": static,
         "context": {
-            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
+            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K, "a_ld": a_ld, "b_ld": b_ld,
             "m": m, "n": n, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
             "looped": grid < n_tiles * m_tiles * batch,
             "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
             "smem_static": static, "batch_index": "\n".join(head.lines),
-            "a_value": operand("a"), "b_value": operand("b"), "a_store": store("aval"), "b_store": store("bval"),
+            "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
+            "a_walk": _tile_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast), "b_walk": _tile_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
             "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
             "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
             "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
             "tm": MICRO, "tn": MICRO,
         },
     }
+
+
+def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
+    """How the threads walk an operand tile of ``rows`` x ``cols`` (tile element ``e``,
+    consecutive for consecutive threads): the tile coordinates ``row`` and ``col`` of
+    ``e`` and its place in shared memory (rows ``stride`` elements apart). Consecutive
+    threads take consecutive ``col`` elements, or consecutive ``row`` elements when
+    ``fast`` is ``row``: the coordinate along which the operand's global reads are
+    consecutive, so that a warp's loads are coalesced whatever the operand's layout."""
+    if fast == row:
+        return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e % {rows} * {stride} + e / {rows}"}
+    return {row: f"e / {cols}", col: f"e % {cols}", "slot": f"e / {cols} * {stride} + e % {cols}"}
+
+
+_LOAD = re.compile(r"PART_LDG\((\w+)\[([^\[\]]*)\]\)")
+_INDEX = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
+
+
+def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str]) -> str:
+    """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) moves more of an
+    operand's global reads to the next element over a warp's 32 steps: the emitted
+    index arithmetic is evaluated at ``probe`` (the middle of the GEMM) and 32 steps
+    along each axis, and the steps to the next address are counted (a 3x3 conv's k
+    runs 3 elements, then jumps; its m runs along a row of pixels). Reads whose index
+    the evaluator cannot follow are not counted; on a tie the second axis, the
+    default, is kept. Only the order of the loads depends on it, never a value."""
+    def addresses(point: dict[str, int]) -> dict[tuple[int, str], int]:
+        env, found = dict(point), {}
+        for number, line in enumerate(lines):
+            declared = _INDEX.match(line)
+            if declared and declared.group(1) not in point:
+                value = _c_integer(declared.group(2), env)
+                if value is not None:
+                    env[declared.group(1)] = value
+            for at, (_, index) in enumerate(_LOAD.findall(line)):
+                value = _c_integer(index, env)
+                if value is not None:
+                    found[(number, at)] = value
+        return found
+
+    unit = {}
+    for axis in axes:
+        walk = [addresses({**probe, axis: probe[axis] + step}) for step in range(WARP + 1)]
+        unit[axis] = sum(abs(after[key] - before[key]) == 1 for before, after in zip(walk, walk[1:])
+                         for key in before if key in after)
+    return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
+
+
+def _c_integer(expression: str, env: dict[str, int]) -> int | None:
+    """The value of a C index expression (names, integer literals, + - * / %, with C's
+    truncating division), or None where it holds anything else."""
+    try:
+        tree = ast.parse(expression.replace("(idx_t)", ""), mode="eval").body
+    except SyntaxError:
+        return None
+    return _evaluate(tree, env)
+
+
+def _evaluate(node: ast.AST, env: dict[str, int]) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env.get(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _evaluate(node.operand, env)
+        return None if value is None else -value
+    if isinstance(node, ast.BinOp):
+        a, b = _evaluate(node.left, env), _evaluate(node.right, env)
+        if a is None or b is None:
+            return None
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if isinstance(node.op, (ast.Div, ast.Mod)) and b:
+            quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
+            return quotient if isinstance(node.op, ast.Div) else a - quotient * b
+    return None
 
 
 def _conv_operand(em: Emitter, op, which: str, g) -> str:
