@@ -77,6 +77,11 @@ ATTN_BLOCK_M = 16 * ATTN_WARPS
 ATTN_BLOCK_N, ATTN_BLOCK_N_NARROW = 64, 32
 ATTN_WIDE_HEAD = 128
 ATTN_ROW_PAD = 8
+# After the last key tile each warp stages its 16 normalised output rows in shared
+# memory (float32, over the K/V tiles), ATTN_OUT_PAD floats apart beyond Dv, so that
+# the epilogue stores consecutive dv from consecutive lanes (coalesced) rather than
+# the accumulator layout's 2 of every 8 elements per row.
+ATTN_OUT_PAD = 4
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
@@ -147,7 +152,8 @@ class AttentionTiling:
 
     ``d_pad``/``dv_pad``: head dims padded to the mma shape; ``q_tiles``: query
     tiles per (batch, head), each one block; ``k_tiles``: key tiles each block
-    streams; ``threads`` per block; ``shared_memory``: bytes of the Q, K and V tiles.
+    streams; ``threads`` per block; ``shared_memory``: bytes of the Q tile and of the
+    K and V tiles, or of the staged output tile where that is larger.
     """
 
     block_m: int
@@ -174,9 +180,11 @@ def attention_tiling(group: Group) -> AttentionTiling:
     p = pair(group.graph, *contraction_pair(group))
     d_pad, dv_pad = -(-p.d // 16) * 16, -(-p.dv // 8) * 8
     block_n = ATTN_BLOCK_N_NARROW if p.dtype == "float32" or dv_pad > ATTN_WIDE_HEAD else ATTN_BLOCK_N
-    rows = ATTN_BLOCK_M * (d_pad + ATTN_ROW_PAD) + block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD)
+    q_tile = ATTN_BLOCK_M * (d_pad + ATTN_ROW_PAD) * itemsize(p.dtype)
+    kv_tiles = block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD) * itemsize(p.dtype)
+    staged_output = ATTN_BLOCK_M * (dv_pad + ATTN_OUT_PAD) * itemsize("float32")
     return AttentionTiling(ATTN_BLOCK_M, block_n, d_pad, dv_pad, -(-p.sq // ATTN_BLOCK_M), -(-p.sk // block_n),
-                           WARP * ATTN_WARPS, rows * itemsize(p.dtype))
+                           WARP * ATTN_WARPS, q_tile + max(kv_tiles, staged_output))
 
 
 def op_executions(group: Group) -> dict[str, int]:

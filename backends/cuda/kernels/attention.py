@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from partitioner.attention import Structure, structure
-from partitioner.cost import ATTN_ROW_PAD, attention_tiling
+from partitioner.cost import ATTN_OUT_PAD, ATTN_ROW_PAD, attention_tiling
 from partitioner.dtypes import accumulator_dtype
 from partitioner.group import Group
 from partitioner.ops import matmul_shapes
@@ -123,7 +123,7 @@ def build(group: Group, index: int, hw) -> dict:
         "context": {
             "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
             "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,
-            "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
+            "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "ldo": dv_pad + ATTN_OUT_PAD, "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
             "q_tiles": tiling.q_tiles, "batch": p.batch, "looped": grid < tiling.q_tiles * p.batch, "k_tiles": tiling.k_tiles, "smem_static": static,
             "batch_index": "\n".join(head.lines),
             "q_value": _operand(ctx, c1.inputs[0], b1, "q", "d", dtype),
