@@ -27,6 +27,7 @@ from partitioner import partition
 from partitioner.cli import main
 from partitioner.reference import input_values
 
+from .attention_graphs import attention
 from .conftest import ROOT, make_graph, op
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
@@ -260,6 +261,16 @@ def test_contraction_tiles_load_along_each_operands_consecutive_axis(name):
     assert mm.requests("lds", "main loop").conflict == 1.0
     checks = run_and_check(partition(g, "ilp"), EMULATOR, inputs=input_values(g, 0))
     assert all(c.ok for c in checks), checks
+
+
+@pytest.mark.parametrize("dtype,d", [("float16", 64), ("float32", 32), ("bfloat16", 256)])
+def test_attention_stores_its_output_coalesced(dtype, d):
+    """The output goes through shared memory: consecutive lanes store consecutive dv
+    (from the accumulator's layout a lane stored 2 of every 8 elements of a row)."""
+    g = attention(sq=70, sk=65, d=d, dtype=dtype)
+    _, counted = run_profiled(render(partition(g, "ilp")), input_values(g, 0))
+    (kernel,) = [c for c in counted if c.kernel.kind == "attention"]
+    assert kernel.requests("stg", "epilogue").efficiency == 1.0
 
 
 @pytest.mark.parametrize("expression,value", [
