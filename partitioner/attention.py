@@ -379,6 +379,26 @@ class Structure:
     rows: frozenset
 
 
+def staged_scores(group: Group, p: Pair) -> tuple[str, ...]:
+    """Tensors an attention kernel of ``group`` stages in shared memory per key tile:
+    the operands of the middle's score-element ops that the group reads from memory
+    (through views at most) and that vary along the keys (last axis of length ``sk``):
+    a mask or a bias. Loaded with consecutive threads at consecutive keys, they are read
+    in whole sectors; read in the scores' accumulator layout, a warp would touch 8 rows
+    for 2 of every 8 keys."""
+    g = group.graph
+    reads = set(group.reads)
+    found: list[str] = []
+    for name in g.names(p.middle):
+        if name in p.rows:
+            continue
+        for t in g.ops[name].tensor_inputs:
+            shape = g.tensor(t).shape
+            if t not in found and g.storage[t] in reads and shape and shape[-1] == p.sk > 1:
+                found.append(t)
+    return tuple(found)
+
+
 def contraction_pair(group: Group) -> tuple[str, str]:
     """The two contractions of a group, in topological order (upstream first)."""
     c = [op.name for op in group.compute if op.op_class == "contraction"]

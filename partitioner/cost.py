@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from .attention import contraction_pair, pair
+from .attention import contraction_pair, pair, staged_scores
 from .dtypes import HALFS, compute_dtype, itemsize, reduction_accumulator
 from .group import Group
 from .hardware import Hardware
@@ -82,6 +82,10 @@ ATTN_ROW_PAD = 8
 # the epilogue stores consecutive dv from consecutive lanes (coalesced) rather than
 # the accumulator layout's 2 of every 8 elements per row.
 ATTN_OUT_PAD = 4
+# Masks and biases the scores read (attention.staged_scores) are staged per key tile,
+# ATTN_BLOCK_M rows of ATTN_BLOCK_N keys, each row padded by 4 bytes so that the
+# accumulator layout's 8 rows of a warp fall on distinct banks.
+ATTN_SCORE_PAD_BYTES = 4
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
@@ -153,7 +157,9 @@ class AttentionTiling:
     ``d_pad``/``dv_pad``: head dims padded to the mma shape; ``q_tiles``: query
     tiles per (batch, head), each one block; ``k_tiles``: key tiles each block
     streams; ``threads`` per block; ``shared_memory``: bytes of the Q tile and of the
-    K and V tiles, or of the staged output tile where that is larger.
+    K and V tiles with the staged masks and biases, or of the staged output tile where
+    that is larger; ``score_tiles``: (tensor, row elements, byte offset) of each staged
+    mask or bias (``attention.staged_scores``), ``block_m`` rows each.
     """
 
     block_m: int
@@ -164,6 +170,7 @@ class AttentionTiling:
     k_tiles: int
     threads: int
     shared_memory: int
+    score_tiles: tuple[tuple[str, int, int], ...] = ()
 
     def describe(self) -> str:
         """One line for reports: tile sizes, warps, blocks and how many K/V tiles each streams."""
@@ -175,16 +182,27 @@ class AttentionTiling:
         return asdict(self)
 
 
+def score_tile_row(block_n: int, dtype: str) -> int:
+    """Elements from one row of a staged score tile (``attention.staged_scores``) of
+    ``dtype`` to the next: the key tile and ``ATTN_SCORE_PAD_BYTES`` of padding."""
+    return block_n + max(1, ATTN_SCORE_PAD_BYTES // itemsize(dtype))
+
+
 def attention_tiling(group: Group) -> AttentionTiling:
     """The :class:`AttentionTiling` of a legal attention group."""
     p = pair(group.graph, *contraction_pair(group))
     d_pad, dv_pad = -(-p.d // 16) * 16, -(-p.dv // 8) * 8
     block_n = ATTN_BLOCK_N_NARROW if p.dtype == "float32" or dv_pad > ATTN_WIDE_HEAD else ATTN_BLOCK_N
     q_tile = ATTN_BLOCK_M * (d_pad + ATTN_ROW_PAD) * itemsize(p.dtype)
-    kv_tiles = block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD) * itemsize(p.dtype)
+    end = q_tile + block_n * (d_pad + dv_pad + 2 * ATTN_ROW_PAD) * itemsize(p.dtype)
+    score_tiles = []
+    for t in staged_scores(group, p):
+        dtype = group.graph.tensor(t).dtype
+        score_tiles.append((t, score_tile_row(block_n, dtype), end))
+        end += ATTN_BLOCK_M * score_tile_row(block_n, dtype) * itemsize(dtype)
     staged_output = ATTN_BLOCK_M * (dv_pad + ATTN_OUT_PAD) * itemsize("float32")
     return AttentionTiling(ATTN_BLOCK_M, block_n, d_pad, dv_pad, -(-p.sq // ATTN_BLOCK_M), -(-p.sk // block_n),
-                           WARP * ATTN_WARPS, q_tile + max(kv_tiles, staged_output))
+                           WARP * ATTN_WARPS, max(end, q_tile + staged_output), tuple(score_tiles))
 
 
 def op_executions(group: Group) -> dict[str, int]:
@@ -331,7 +349,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
     >>> round(c.traffic_time_us, 2), round(c.compute_time_us, 2), round(c.modeled_time_us, 2)
     (28.55, 70.45, 71.45)
     >>> c.budgets.shared_memory, c.budgets.shared_memory_limit
-    (32768, 232448)
+    (37888, 232448)
     """
     moved = group.bytes_read + group.bytes_written
     flops = op_flops(group)

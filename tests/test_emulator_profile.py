@@ -273,6 +273,22 @@ def test_attention_stores_its_output_coalesced(dtype, d):
     assert kernel.requests("stg", "epilogue").efficiency == 1.0
 
 
+@pytest.mark.parametrize("mask", ["causal", "padding", "additive", "bias"])
+def test_attention_reads_masks_and_biases_through_coalesced_tiles(mask):
+    """A mask or bias is staged in shared memory a key tile at a time, consecutive
+    threads at consecutive keys; read where the scores' accumulator layout puts each
+    lane (2 of every 8 keys of 8 rows a warp), it took a quarter of each sector. (Rows
+    of an odd key count start mid-sector: whole sectors need aligned rows.)"""
+    g = attention(sq=128, sk=192, d=32, mask=mask)
+    plan = partition(g, "ilp")
+    _, counted = run_profiled(render(plan), input_values(g, 0))
+    (kernel,) = [c for c in counted if c.kernel.kind == "attention"]
+    assert kernel.requests("ldg").efficiency >= 0.9, kernel.requests("ldg")
+    assert kernel.requests("ldg", "main loop").requests == 0
+    checks = run_and_check(plan, EMULATOR, inputs=input_values(g, 0))
+    assert all(c.ok for c in checks), checks
+
+
 @pytest.mark.parametrize("expression,value", [
     ("7 / 2", 3), ("-7 / 2", -3), ("7 / -2", -3), ("-7 % 2", -1), ("7 % -2", 1), ("(idx_t)(i - 9) / 4 * 2", -2),
     ("i * 3 + -1", 14), ("i ? 1 : 2", None), ("f(i)", None), ("i / 0", None), ("missing + 1", None),

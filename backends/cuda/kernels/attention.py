@@ -11,6 +11,7 @@ the kernel evaluates exactly the ops the group holds, rounded as they round.
 from __future__ import annotations
 
 import math
+import re
 
 from partitioner.attention import Structure, structure
 from partitioner.cost import ATTN_OUT_PAD, ATTN_ROW_PAD, attention_tiling
@@ -89,9 +90,8 @@ def build(group: Group, index: int, hw) -> dict:
     l_value = convert(convert("l", l_acc, l_op.promoted), l_op.promoted, l_op.out.dtype)
 
     # pass 1: X (what the row maximum reduces) and E (what the row sum adds) per score element
-    x_em = ctx.emitter(3, **{p.c1: "s"})
-    x_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
-    x_em.emit(f"return {x_em.value(p.x, _score_index(x_em, x_t.shape, p.sq, 'k'))};")
+    tiles = _score_tiles(g, tiling)
+    x_em, score_loads = _x_of(ctx, p, tiles, tiling, f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     e_em = ctx.emitter(3, **{p.c1: "s", p.x: "x", p.row_max: "mv"})
     e_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     e_em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
@@ -134,8 +134,85 @@ def build(group: Group, index: int, hw) -> dict:
             "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted), "m_round": m_round,
             "l_reg": REGISTER[l_acc], "l_nan": literal(math.nan, l_acc), "e_body": "\n".join(e_em.lines), "norm_body": "\n".join(n_em.lines),
             "epilogue": epilogue, "score_writes": score_writes, "row_writes": row_writes,
+            "score_tiles": [tile for tile in tiles if tile["var"] in score_loads], "score_loads": score_loads,
         },
     }
+
+
+def _score_tiles(g, tiling) -> list[dict]:
+    """The staged masks' and biases' tiles, where ``cost.attention_tiling`` lays them out."""
+    return [{"tensor": tensor, "var": f"st_{k}", "ctype": storage_type(g.tensor(tensor).dtype), "row": row,
+             "offset": offset} for k, (tensor, row, offset) in enumerate(tiling.score_tiles)]
+
+
+class _Recording(Emitter):
+    """An emitter that notes the first index at which it reads each tensor of ``watched``."""
+
+    def __init__(self, *args, watched=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.watched, self.seen = set(watched), {}
+
+    def value(self, tensor, idx):
+        if tensor in self.watched:
+            self.seen.setdefault(tensor, idx)
+        return super().value(tensor, idx)
+
+
+_DECLARED = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
+
+
+def _x_of(ctx: _Context, p, tiles: list[dict], tiling, head: str) -> tuple[Emitter, str]:
+    """``x_of``'s statements, which read each staged tensor from its tile in shared
+    memory, and the statements that load the tiles of one key tile (``q`` and ``k`` the
+    element, consecutive threads at consecutive keys).
+
+    X is emitted twice from the same names: first to note at which index it reads each
+    staged tensor (a function of ``b``, ``q`` and ``k``), then with that tensor's tile
+    as the source at that index (at any other index it is read from memory, so a value
+    never depends on the staging). A tile's loader replays the index declarations that
+    index depends on."""
+    x_t = ctx.g.tensor(p.x)
+
+    def emit(em: Emitter) -> None:
+        em.emit(head)
+        em.emit(f"return {em.value(p.x, _score_index(em, x_t.shape, p.sq, 'k'))};")
+
+    start = ctx.names.count
+    probe = _Recording(ctx.g, ctx.sources, expr_macro(), "idx_t", ctx.names, watched=[t["tensor"] for t in tiles])
+    probe.sources[p.c1] = Source("scalar", "s")
+    emit(probe)
+    ctx.names.count = start
+    x_em = ctx.emitter(3, **{p.c1: "s"})
+    staged = [(tile, probe.seen[tile["tensor"]]) for tile in tiles if tile["tensor"] in probe.seen]
+    for tile, at in staged:
+        source = ctx.sources.get(tile["tensor"])
+        pointer = source.name if source is not None and source.kind == "global" else ""
+        x_em.sources[tile["tensor"]] = Source(
+            "buffer", tile["var"], at=at, shared=True, pointer=pointer,
+            position=f"q % {tiling.block_m} * {tile['row']} + k % {tiling.block_n}")
+    emit(x_em)  # first, so that it declares what the probe declared, under the same names
+    return x_em, "\n".join(_tile_load(ctx, tile, at, probe.lines, tiling) for tile, at in staged)
+
+
+def _tile_load(ctx: _Context, tile: dict, at: tuple[str, ...], lines: list[str], tiling) -> str:
+    """One staged tensor's element (q, k) into its tile: the index declarations ``at``
+    depends on (from ``x_of``'s statements, in order), then the value at ``at``."""
+    declared = {m.group(1): (n, m.group(2)) for n, m in ((n, _DECLARED.match(ln)) for n, ln in enumerate(lines)) if m}
+    needed, pending = set(), [name for e in at for name in re.findall(r"[A-Za-z_]\w*", e)]
+    while pending:
+        name = pending.pop()
+        if name in declared and name not in needed:
+            needed.add(name)
+            pending += re.findall(r"[A-Za-z_]\w*", declared[name][1])
+    em = ctx.emitter(5)
+    em.emit("{")
+    for name in sorted(needed, key=lambda v: declared[v][0]):
+        em.emit(f"  const idx_t {name} = {declared[name][1]};")
+    t = ctx.g.tensor(tile["tensor"])
+    value = to_storage(em.value(tile["tensor"], at), t.dtype)
+    em.emit(f"  PART_STS({tile['var']}[e / {tiling.block_n} * {tile['row']} + e % {tiling.block_n}]) = {value};")
+    em.emit("}")
+    return "\n".join(em.lines)
 
 
 def _epilogue(ctx: _Context, group: Group, st: Structure, b2: tuple[str, ...]) -> str:
