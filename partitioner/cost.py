@@ -83,9 +83,12 @@ ATTN_ROW_PAD = 8
 # the accumulator layout's 2 of every 8 elements per row.
 ATTN_OUT_PAD = 4
 # Masks and biases the scores read (attention.staged_scores) are staged per key tile,
-# ATTN_BLOCK_M rows of ATTN_BLOCK_N keys, each row padded by 4 bytes so that the
-# accumulator layout's 8 rows of a warp fall on distinct banks.
-ATTN_SCORE_PAD_BYTES = 4
+# ATTN_BLOCK_M rows of ATTN_BLOCK_N keys, each row padded by 16 bytes. A warp reads them
+# in the accumulator layout, lane (g, t) at row g and keys 2t, 2t + 1 of each 8: for a
+# 2-byte mask, word g·R + t of rows R words apart, on 32 distinct banks when R is 4
+# modulo 32 (144-byte rows of 64 keys, 80-byte rows of 32); a 1-byte mask's 80-byte
+# rows put the 8 rows' word pairs on distinct banks too (4-byte masks stay 2-way).
+ATTN_SCORE_PAD_BYTES = 16
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.

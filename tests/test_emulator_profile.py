@@ -247,7 +247,7 @@ OPERAND_LAYOUTS = {
 
 
 @pytest.mark.parametrize("name", OPERAND_LAYOUTS)
-def test_contraction_tiles_load_along_each_operands_consecutive_axis(name):
+def test_contraction_tiles_load_and_store_along_consecutive_addresses(name):
     """Consecutive threads load consecutive addresses of each operand, whichever tile
     axis that is: full sectors. (Before, the threads walked A along k and B along n
     whatever the layout: a transposed operand read 2 bytes per 32-byte sector.)"""
@@ -259,6 +259,9 @@ def test_contraction_tiles_load_along_each_operands_consecutive_axis(name):
     threshold = 1.0 if "conv_3x3" not in name else 0.75  # a 3x3 window's k runs 3 elements, then jumps
     assert loads.efficiency >= threshold, loads
     assert mm.requests("lds", "main loop").conflict == 1.0
+    # the epilogue's lanes take consecutive n, or consecutive m for an NCHW conv's pixels
+    # (along n, a conv's stores were a channel plane apart: 1/8 of each sector)
+    assert mm.requests("stg").efficiency == 1.0
     checks = run_and_check(partition(g, "ilp"), EMULATOR, inputs=input_values(g, 0))
     assert all(c.ok for c in checks), checks
 
@@ -285,6 +288,7 @@ def test_attention_reads_masks_and_biases_through_coalesced_tiles(mask):
     (kernel,) = [c for c in counted if c.kernel.kind == "attention"]
     assert kernel.requests("ldg").efficiency >= 0.9, kernel.requests("ldg")
     assert kernel.requests("ldg", "main loop").requests == 0
+    assert kernel.requests("lds", "main loop").conflict == 1.0  # the tiles' 16-byte row padding
     checks = run_and_check(plan, EMULATOR, inputs=input_values(g, 0))
     assert all(c.ok for c in checks), checks
 

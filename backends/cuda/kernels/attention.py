@@ -196,7 +196,8 @@ def _x_of(ctx: _Context, p, tiles: list[dict], tiling, head: str) -> tuple[Emitt
 
 def _tile_load(ctx: _Context, tile: dict, at: tuple[str, ...], lines: list[str], tiling) -> str:
     """One staged tensor's element (q, k) into its tile: the index declarations ``at``
-    depends on (from ``x_of``'s statements, in order), then the value at ``at``."""
+    depends on (from ``x_of``'s statements, in order, under fresh names), then the value
+    at ``at``."""
     declared = {m.group(1): (n, m.group(2)) for n, m in ((n, _DECLARED.match(ln)) for n, ln in enumerate(lines)) if m}
     needed, pending = set(), [name for e in at for name in re.findall(r"[A-Za-z_]\w*", e)]
     while pending:
@@ -205,11 +206,16 @@ def _tile_load(ctx: _Context, tile: dict, at: tuple[str, ...], lines: list[str],
             needed.add(name)
             pending += re.findall(r"[A-Za-z_]\w*", declared[name][1])
     em = ctx.emitter(5)
+    renamed = {name: ctx.names.fresh("i") for name in needed}  # a generated name is declared once per kernel
+
+    def rename(expression: str) -> str:
+        return re.sub(r"[A-Za-z_]\w*", lambda m: renamed.get(m.group(0), m.group(0)), expression)
+
     em.emit("{")
     for name in sorted(needed, key=lambda v: declared[v][0]):
-        em.emit(f"  const idx_t {name} = {declared[name][1]};")
+        em.emit(f"  const idx_t {renamed[name]} = {rename(declared[name][1])};")
     t = ctx.g.tensor(tile["tensor"])
-    value = to_storage(em.value(tile["tensor"], at), t.dtype)
+    value = to_storage(em.value(tile["tensor"], tuple(rename(e) for e in at)), t.dtype)
     em.emit(f"  PART_STS({tile['var']}[e / {tiling.block_n} * {tile['row']} + e % {tiling.block_n}]) = {value};")
     em.emit("}")
     return "\n".join(em.lines)

@@ -21,6 +21,10 @@ from .common import expr_macro, external_sources, index_type, parameters, shared
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
+# Tensor-core epilogue: each warp stages a 16 x 16 fragment in shared memory, rows 16
+# floats apart, or 20 when its lanes read it down the columns (an output consecutive in
+# m): 16 would put a column in 2 banks, 20 (WMMA's float stride is a multiple of 4) in 8.
+STAGING_LD_M_FAST = 20
 def _fma(acc_dtype: str) -> str:
     if acc_dtype in ("float32", "float64"):
         return "acc[i][j] + a[i] * b[j]"
@@ -93,6 +97,9 @@ def build(group: Group, index: int, hw) -> dict:
             lin = lin or epi.index_var(linear(op.out.shape, out_idx))
             epi.store(w, params.pointer[w], tuple(epi.index_var(e) for e in delinearize(t.shape, lin)))
 
+    # the epilogue stores along n (the default: a row-major product) or along m (an
+    # NCHW conv's pixels), whichever its stores step along consecutively
+    out_m_fast = _fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), _STORE) == "m"
     smem = shared_memory(group)
     static, dynamic = shared_memory_split(smem, hw)
     n_tiles, m_tiles = -(-n // TILE_N), -(-m // TILE_M)
@@ -116,7 +123,8 @@ def build(group: Group, index: int, hw) -> dict:
             "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
             "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
             "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
-            "tm": MICRO, "tn": MICRO,
+            "tm": MICRO, "tn": MICRO, "out_m_fast": out_m_fast,
+            "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
         },
     }
 
@@ -134,12 +142,14 @@ def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str)
 
 
 _LOAD = re.compile(r"PART_LDG\((\w+)\[([^\[\]]*)\]\)")
+_STORE = re.compile(r"PART_STG\((\w+)\[([^\[\]]*)\]\)")
 _INDEX = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
 
 
-def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str]) -> str:
+def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=_LOAD) -> str:
     """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) moves more of an
-    operand's global reads to the next element over a warp's 32 steps: the emitted
+    operand's global reads (or the epilogue's stores, ``accesses=_STORE``) to the next
+    element over a warp's 32 steps: the emitted
     index arithmetic is evaluated at ``probe`` (the middle of the GEMM) and 32 steps
     along each axis, and the steps to the next address are counted (a 3x3 conv's k
     runs 3 elements, then jumps; its m runs along a row of pixels). Reads whose index
@@ -153,7 +163,7 @@ def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str]) -
                 value = _c_integer(declared.group(2), env)
                 if value is not None:
                     env[declared.group(1)] = value
-            for at, (_, index) in enumerate(_LOAD.findall(line)):
+            for at, (_, index) in enumerate(accesses.findall(line)):
                 value = _c_integer(index, env)
                 if value is not None:
                     found[(number, at)] = value
