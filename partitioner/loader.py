@@ -30,7 +30,8 @@ from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_messag
 FORMAT_VERSION = 1.1
 #: The versions this reader knows; 1.1 adds constant values, ops and dtypes (``docs/graph-format.md``).
 FORMAT_VERSIONS = (1, 1.1)
-FORMAT_1_1_OPS = frozenset({"arange", "cumsum", "floor_divide", "remainder", "max_pool2d", "avg_pool2d"})
+FORMAT_1_1_OPS = frozenset({"arange", "cumsum", "floor_divide", "remainder", "fmod", "trunc", "max_pool2d",
+                            "avg_pool2d"})
 #: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
 #: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
 #: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.

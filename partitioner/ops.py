@@ -549,6 +549,12 @@ def _pow(a, b):
     return np.power(a, b)
 
 
+def _trunc(x):
+    """NumPy's ``trunc``; an integer or bool is its own truncation (NumPy before 2.1
+    computed integers through float64, which rounds those beyond 2**53)."""
+    return np.trunc(x) if x.dtype.kind == "f" else x
+
+
 def _ref_cast(values, attrs, operand_types, out):
     return cast_array(values[0], out.dtype)
 
@@ -658,7 +664,11 @@ def _ref_gather(values, attrs, operand_types, out):
 def _ref_arange(values, attrs, operand_types, out):
     steps = np.arange(out.numel, dtype=np.int64)
     if out.dtype in INTEGERS:
-        return (attrs["start"] + steps * attrs["delta"]).astype(numpy_dtype(out.dtype))
+        # modulo 2^64, exact for every value in the dtype (inference checks the first and
+        # the last): a uint64 start past int64's range would not fit NumPy's int64 steps
+        with np.errstate(over="ignore"):
+            wide = np.uint64(attrs["start"] % 2**64) + steps.astype(np.uint64) * np.uint64(attrs["delta"] % 2**64)
+        return wide.astype(numpy_dtype(out.dtype))
     return cast_array(attrs["start"] + steps.astype(np.float64) * attrs["delta"], out.dtype)
 
 
@@ -728,6 +738,7 @@ def _unary(name, fn, dtype_rule=_same_dtype, attrs=None, flops=_flops_per_output
 
 _unary("neg", np.negative, _no_bool("neg", _same_dtype))
 _unary("abs", np.abs)
+_unary("trunc", _trunc)
 _unary("exp", np.exp, _float_result)
 _unary("log", np.log, _float_result)
 _unary("sqrt", np.sqrt, _float_result)
@@ -770,6 +781,7 @@ for _name, _fn in [("eq", np.equal), ("ne", np.not_equal), ("lt", np.less), ("le
     _binary(_name, _fn, _bool_result, compute_in="operands")
 _binary("floor_divide", np.floor_divide, _no_bool("floor_divide", _same_dtype))
 _binary("remainder", np.remainder, _no_bool("remainder", _same_dtype))
+_binary("fmod", np.fmod, _no_bool("fmod", _same_dtype))
 _register(OpSpec("where", "elementwise", 3, 3, _infer_map(_where_result), _ref_where, _flops_per_output))
 _register(OpSpec("arange", "elementwise", 0, 0, _infer_arange, _ref_arange, _flops_per_output,
                  {"start": Attr("number", required=True), "limit": Attr("number", required=True),

@@ -37,6 +37,22 @@
 #define PART_REGION(name)
 #endif
 
+// ---- wrapping integer arithmetic, for every integer type. NumPy computes in the
+// operands' dtype and wraps there; in C++ signed overflow is UB, and the 8- and 16-bit
+// types promote to int first (65535 * 65535 overflows int, where uint16 wraps), so the
+// arithmetic is done in uint64_t, which wraps by definition, and converted back to T.
+template <class T> PART_DEV T part_wrap_add(T a, T b) { return (T)((uint64_t)a + (uint64_t)b); }
+template <class T> PART_DEV T part_wrap_sub(T a, T b) { return (T)((uint64_t)a - (uint64_t)b); }
+template <class T> PART_DEV T part_wrap_mul(T a, T b) { return (T)((uint64_t)a * (uint64_t)b); }
+// Whether T is signed: only a signed T has negative values, and -1 (an unsigned (T)-1
+// is the largest value, the all-ones one, a value like any other). part_is_negative
+// compares with 0 only where that means something (nvcc warns of a pointless comparison).
+template <class T> PART_DEV constexpr bool part_is_signed() { return (T)-1 < (T)0; }
+template <class T> PART_DEV bool part_is_negative(T x) {
+  if constexpr (part_is_signed<T>()) return x < (T)0;
+  else return false;
+}
+
 // ---- storage -> register (half types compute in float32)
 PART_DEV float part_load(__half x) { return __half2float(x); }
 PART_DEV float part_load(__nv_bfloat16 x) { return __bfloat162float(x); }
@@ -99,6 +115,21 @@ PART_DEV __nv_bfloat16 part_to_bf16(float x) { return __float2bfloat16_rn(x); }
 // ---- rounding a float32 result to a half type, kept in a float register
 PART_DEV float part_round_f16(float x) { return __half2float(__float2half_rn(x)); }
 PART_DEV float part_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+// An integer rounded once to bfloat16, as ml_dtypes converts it: through float32 it would
+// round twice (2^24 + 2^16 + 1 would become 2^24, not 2^24 + 2^17). The magnitude is
+// first cut to float32's 24 significant bits rounding to odd (bits cut off set the last
+// kept one), which float32 holds exactly and which rounds to bfloat16 as the integer
+// itself does. float16 needs none of this: an integer that float32 rounds is at least
+// 2^24, past float16's largest value whichever way it rounds.
+template <class T> PART_DEV float part_round_bf16_int(T x) {
+  const bool negative = part_is_negative(x);
+  uint64_t m = negative ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+  int cut = 0;
+  while ((m >> cut) >= (1ull << 24)) ++cut;
+  if (cut) m = ((m >> cut) | (uint64_t)((m & ((1ull << cut) - 1)) != 0)) << cut;
+  const float f = (float)m;
+  return part_round_bf16(negative ? -f : f);
+}
 
 // ---- float -> integer conversions as NumPy does them on x86-64: truncation toward
 // zero; NaN and out-of-range values give the most negative value (cvttss2si).
@@ -149,48 +180,61 @@ PART_DEV float part_pow(float a, float b) { return powf(a, b); }
 PART_DEV double part_pow(double a, double b) { return pow(a, b); }
 PART_DEV float part_abs(float x) { return fabsf(x); }
 PART_DEV double part_abs(double x) { return fabs(x); }
-template <class T> PART_DEV T part_abs(T x) { return x < 0 ? (T)(0 - x) : x; }
+// an integer's: the lowest signed value is its own absolute value, as in NumPy (wraps)
+template <class T> PART_DEV T part_abs(T x) { return part_is_negative(x) ? part_wrap_sub((T)0, x) : x; }
+PART_DEV float part_trunc(float x) { return truncf(x); }
+PART_DEV double part_trunc(double x) { return trunc(x); }
+template <class T> PART_DEV T part_trunc(T x) { return x; }  // an integer or bool is its own truncation
 template <class T> PART_DEV T part_sigmoid(T x) { return (T)1 / ((T)1 + part_exp(-x)); }
 template <class T> PART_DEV T part_gelu(T x) { return (T)0.5 * x * ((T)1 + part_erf(x * (T)0.70710678118654752440)); }
 template <class T> PART_DEV T part_gelu_tanh(T x) {
   return (T)0.5 * x * ((T)1 + part_tanh((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)));
 }
 
-// ---- integer pow: exponent < 0 truncates like C integer division
+// ---- integer pow, wrapping in T as NumPy's does; a negative exponent (signed T only)
+// truncates like C integer division: 1 for a base of 1, +-1 for -1, 0 otherwise.
 template <class T> PART_DEV T part_ipow(T base, T e) {
-  if (e < 0) return base == 1 ? (T)1 : (base == -1 ? ((e & 1) ? (T)-1 : (T)1) : (T)0);
+  if (part_is_negative(e))
+    return base == (T)1 ? (T)1 : (base == (T)-1 ? ((e & 1) ? (T)-1 : (T)1) : (T)0);
   T result = 1;
-  while (e > 0) {
-    if (e & 1) result = (T)(result * base);
-    base = (T)(base * base);
-    e >>= 1;
+  while (e != (T)0) {
+    if (e & 1) result = part_wrap_mul(result, base);
+    base = part_wrap_mul(base, base);
+    e = (T)(e >> 1);
   }
   return result;
 }
 
-// ---- wrapping integer arithmetic (NumPy integers wrap; signed overflow is UB in C++)
-template <class T> PART_DEV T part_wrap_add(T a, T b) { return (T)((uint64_t)a + (uint64_t)b); }
-template <class T> PART_DEV T part_wrap_sub(T a, T b) { return (T)((uint64_t)a - (uint64_t)b); }
-template <class T> PART_DEV T part_wrap_mul(T a, T b) { return (T)((uint64_t)a * (uint64_t)b); }
-
 // ---- floor division and remainder as NumPy computes them. Integers: x // 0 and x % 0
 // are 0, a division by -1 negates with wrap-around (INT_MIN // -1 is INT_MIN; in C++ it
 // overflows, and traps on x86-64), and the quotient rounds toward -inf, the remainder
-// taking the divisor's sign.
+// taking the divisor's sign. Only a signed divisor is tested for -1 (part_is_signed):
+// an unsigned (T)-1 is the largest value, a divisor like any other (5u // 0xFFFFFFFFu
+// is 0 and 5u % 0xFFFFFFFFu is 5), and an unsigned quotient needs no rounding.
 template <class T> PART_DEV T part_floor_divide(T a, T b) {
-  if (b == 0) return 0;
-  if (b == -1) return part_wrap_sub((T)0, a);
+  if (b == (T)0) return 0;
+  if (part_is_signed<T>() && b == (T)-1) return part_wrap_sub((T)0, a);
   const T q = (T)(a / b);
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+  return (a % b != 0 && part_is_negative(a) != part_is_negative(b)) ? (T)(q - 1) : q;
 }
 template <class T> PART_DEV T part_remainder(T a, T b) {
-  if (b == 0 || b == -1) return 0;
+  if (b == (T)0 || (part_is_signed<T>() && b == (T)-1)) return 0;
   const T r = (T)(a % b);
-  return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r;
+  return (r != 0 && part_is_negative(r) != part_is_negative(b)) ? (T)(r + b) : r;
+}
+// C's fmod of integers, as NumPy's: the remainder of the truncating division, with the
+// dividend's sign; x fmod 0 is 0, and a divisor of -1 gives 0 without computing
+// INT_MIN % -1 (it overflows in C++, and traps on x86-64). Only a signed divisor is
+// tested for -1, as above.
+template <class T> PART_DEV T part_fmod(T a, T b) {
+  if (b == (T)0 || (part_is_signed<T>() && b == (T)-1)) return 0;
+  return (T)(a % b);
 }
 // Floats: NumPy's npy_divmod step for step (fmod, then the quotient snapped to an
 // integer), so signs of zero, inf and NaN come out as NumPy's; b == 0 gives a / b and
-// fmod's NaN. None of these operations is a multiply-add nvcc could contract.
+// fmod's NaN. None of these operations is a multiply-add nvcc could contract. fmod
+// itself (the op, and npy_divmod's first step) is exact in IEEE arithmetic: fmodf and
+// fmod give NumPy's value bit for bit.
 PART_DEV float part_fmod(float a, float b) { return fmodf(a, b); }
 PART_DEV double part_fmod(double a, double b) { return fmod(a, b); }
 PART_DEV float part_floor(float x) { return floorf(x); }

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from partitioner import GraphError, load_graph, run_reference
+from partitioner.dtypes import numpy_dtype
 
 from .conftest import make_graph, op
 
@@ -47,6 +48,86 @@ def test_float_floor_divide_and_remainder_follow_pythons_divmod():
 def test_floor_divide_rejects_bool():
     with pytest.raises(GraphError, match="floor_divide"):
         make_graph({"a": ([2], "bool")}, [op("q", "floor_divide", ["a", "a"])], ["q"])
+
+
+# ---------------------------------------------------------------- fmod, trunc
+
+INTEGER_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+def _c_fmod(x: int, y: int) -> int:
+    """C's integer ``%`` (the dividend's sign) in Python's exact integers, with NumPy's
+    0 for a zero divisor."""
+    return 0 if y == 0 else (abs(x) % abs(y)) * (1 if x >= 0 else -1)
+
+
+@pytest.mark.parametrize("dtype", INTEGER_DTYPES)
+def test_integer_fmod_has_the_dividends_sign_zero_divisors_zero_and_int_min_by_minus_one_zero(dtype):
+    info = np.iinfo(dtype)
+    edges = sorted({0, 1, 2, 3, 7, 100, info.max, info.max - 1, info.min, info.min + 1,
+                    *([-1, -2, -3, -7, -100] if info.min else [])})
+    a, b = (v.ravel() for v in np.meshgrid(np.array(edges, dtype), np.array(edges, dtype)))
+    got = _run({"a": ([a.size], dtype), "b": ([a.size], dtype)}, [op("r", "fmod", ["a", "b"])], ["r"],
+               {"a": a, "b": b})["r"]
+    assert got.dtype == np.dtype(dtype)
+    assert got.tolist() == [_c_fmod(x, y) for x, y in zip(a.tolist(), b.tolist())]
+
+
+FLOAT_SPECIALS = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.5, -2.5, 3.0, -7.0, 0.1, 1e30, -1e-30, 5e-324, 1e308,
+                  np.inf, -np.inf, np.nan]
+
+
+def _c_fmod_float(x: float, y: float) -> float:
+    """C's fmod of two floats: exact, with the dividend's sign (so -0.0 stays -0.0);
+    ``math.fmod`` raises where C gives NaN (an infinite dividend, a zero divisor)."""
+    try:
+        return math.fmod(x, y)
+    except ValueError:
+        return math.nan
+
+
+def _c_trunc(x: float) -> float:
+    """C's trunc: toward zero, keeping the sign of a zero result; inf and NaN unchanged."""
+    return math.copysign(float(math.trunc(x)), x) if math.isfinite(x) else x
+
+
+def _same_floats(got: np.ndarray, want: list[float]) -> bool:
+    want = np.array(want, np.float64)
+    got = got.astype(np.float64)
+    return bool(np.all((np.isnan(got) & np.isnan(want)) | ((got == want) & (np.signbit(got) == np.signbit(want)))))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_float_fmod_and_trunc_are_cs_bit_for_bit(dtype):
+    rng = np.random.default_rng(3)
+    with np.errstate(over="ignore"):  # 1e30 and 1e308 are inf in the half types: specials too
+        special = np.array(FLOAT_SPECIALS).astype(numpy_dtype(dtype))
+        a, b = (v.ravel() for v in np.meshgrid(special, special))
+        scaled = (rng.standard_normal(200) * 10.0 ** rng.integers(-3, 4, 200)).astype(numpy_dtype(dtype))
+    a, b = np.concatenate([a, scaled]), np.concatenate([b, scaled[::-1]])
+    got = _run({"a": ([a.size], dtype), "b": ([a.size], dtype)},
+               [op("r", "fmod", ["a", "b"]), op("t", "trunc", ["a"])], ["r", "t"], {"a": a, "b": b})
+    assert got["r"].dtype == got["t"].dtype == numpy_dtype(dtype)
+    x, y = a.astype(np.float64).tolist(), b.astype(np.float64).tolist()  # exact: fmod and trunc do not round
+    assert _same_floats(got["r"], [_c_fmod_float(p, q) for p, q in zip(x, y)])
+    assert _same_floats(got["t"], [_c_trunc(p) for p in x])
+
+
+@pytest.mark.parametrize("dtype", [*INTEGER_DTYPES, "bool"])
+def test_trunc_of_integers_and_bool_is_the_identity(dtype):
+    values = np.array([0, 1, 1, 0], bool) if dtype == "bool" else \
+        np.array([0, 1, np.iinfo(dtype).max, np.iinfo(dtype).min, np.iinfo(dtype).max - 1], dtype)
+    got = _run({"x": ([values.size], dtype)}, [op("t", "trunc", ["x"])], ["t"], {"x": values})["t"]
+    assert got.dtype == values.dtype and got.tolist() == values.tolist()  # int64's extremes: no float64 trip
+
+
+def test_fmod_rejects_bool_and_takes_the_promoted_dtype():
+    with pytest.raises(GraphError, match="fmod is not defined on bool"):
+        make_graph({"a": ([2], "bool")}, [op("r", "fmod", ["a", "a"])], ["r"])
+    g = make_graph({"i": ([3], "int32")}, [op("r", "fmod", ["i", -2.5]), op("s", "fmod", [7, "i"])], ["r", "s"])
+    assert g.tensor("r").dtype == "float32" and g.tensor("s").dtype == "int32"
+    got = run_reference(g, {"i": np.array([3, -4, 0], np.int32)})
+    assert got["r"].tolist() == [0.5, -1.5, 0.0] and got["s"].tolist() == [1, 3, 0]
 
 
 # ---------------------------------------------------------------- arange

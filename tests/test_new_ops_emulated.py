@@ -1,8 +1,8 @@
-"""The ops of format 1.1 (arange, floor_divide, remainder, cumsum, max_pool2d,
-avg_pool2d) in CUDA kernels, executed on the CPU emulator and checked against
-NumPy: within tolerance everywhere, and bit for bit (signs of zero included)
-where the reference is exact: integer ops, maximum pools, elementwise chains and
-sequential scans.
+"""The ops of format 1.1 (arange, floor_divide, remainder, fmod, trunc, cumsum,
+max_pool2d, avg_pool2d) in CUDA kernels, executed on the CPU emulator and checked
+against NumPy: within tolerance everywhere, and bit for bit (signs of zero
+included) where the reference is exact: integer ops, maximum pools, elementwise
+chains and sequential scans.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from backends.base import load_backend
 from backends.check import output_value, run_and_check
 from backends.cuda.compile import compile_kernels
 from backends.cuda.render import render
-from partitioner import evaluate, partition
-from partitioner.dtypes import numpy_dtype
+from partitioner import GraphError, evaluate, partition
+from partitioner.dtypes import DTYPES, numpy_dtype
+from partitioner.ops import REGISTRY
 from partitioner.reference import input_values, run_reference
 
 from .conftest import make_graph, op
@@ -49,19 +50,23 @@ def check(graph, inputs=None, exact=(), strategies=("none", "ilp")):
     """Emulate each strategy's plan: every output within tolerance, and the outputs
     named in ``exact`` equal to the reference bit for bit (NaN where it is NaN).
     Returns the plans."""
+    plans = [partition(graph, strategy) for strategy in strategies]
+    check_plans(plans, inputs, exact)
+    return plans
+
+
+def check_plans(plans, inputs=None, exact=()):
+    """:func:`check` for given plans (of one graph)."""
+    graph = plans[0].graph
     values = {**input_values(graph), **(inputs or {})}
     want = run_reference(graph, values)
-    plans = []
-    for strategy in strategies:
-        plan = partition(graph, strategy)
+    for plan in plans:
         recording = Recording()
         bad = [c for c in run_and_check(plan, recording, inputs=values) if not c.ok]
-        assert not bad, f"{strategy}: {bad}"
+        assert not bad, f"{plan.strategy}: {bad}"
         for name in exact:
             got = output_value(graph, {**values, **recording.storages}, name)
-            assert_identical(got, want[name], f"{strategy}: {name}")
-        plans.append(plan)
-    return plans
+            assert_identical(got, want[name], f"{plan.strategy}: {name}")
 
 
 def assert_identical(got, want, what):
@@ -147,6 +152,63 @@ def test_float_floor_divide_and_remainder_with_inf_nan_and_signed_zeros():
     g = make_graph({name: ([v.size], name[2:]) for name, v in inputs.items()}, ops,
                    [o["name"] for o in ops if not o["name"].startswith("e_")])
     check(g, inputs, exact=g.outputs)
+
+
+# ---------------------------------------------------------------- fmod, trunc
+
+
+@needs_gpp
+def test_integer_fmod_and_trunc_by_zero_minus_one_and_the_extremes_of_every_integer_dtype():
+    inputs, ops = {}, []
+    for dtype in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"):
+        info = np.iinfo(dtype)
+        # an unsigned divisor of all ones (uint32's 2^32 - 1) is a divisor like any other, not -1
+        edges = {0, 1, 2, 3, 7, 100, info.max, info.max - 1, info.min, info.min + 1,
+                 *([-1, -2, -7] if info.min else [])}
+        a, b = pairs(np.array(sorted(edges), dtype), dtype)  # as a dtype array: a list would hold uint64 as floats
+        inputs[f"a_{dtype}"], inputs[f"b_{dtype}"] = a, b
+        ops += [op(f"r_{dtype}", "fmod", [f"a_{dtype}", f"b_{dtype}"]),
+                op(f"rl_{dtype}", "fmod", [f"a_{dtype}", 3]), op(f"lr_{dtype}", "fmod", [100, f"b_{dtype}"]),
+                op(f"t_{dtype}", "trunc", [f"r_{dtype}"])]
+    ops += [op("rf", "fmod", ["a_int32", -2.5]), op("tf", "trunc", ["rf"])]  # float32 results
+    g = make_graph({name: ([v.size], name[2:]) for name, v in inputs.items()}, ops, [o["name"] for o in ops])
+    check(g, inputs, exact=[o["name"] for o in ops])
+
+
+@needs_gpp
+def test_float_fmod_and_trunc_with_inf_nan_signed_zeros_and_subnormals():
+    specials = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, -2.5, 3.0, -7.0, 0.1, 1e30, -1e-30, 1e-40, 5e-324, 1e308,
+                np.inf, -np.inf, np.nan]
+    inputs, ops = {}, []
+    for dtype in ("float32", "float64", "float16", "bfloat16"):
+        a, b = pairs(specials, dtype)
+        inputs[f"a_{dtype}"], inputs[f"b_{dtype}"] = a, b
+        ops += [op(f"r_{dtype}", "fmod", [f"a_{dtype}", f"b_{dtype}"]), op(f"t_{dtype}", "trunc", [f"a_{dtype}"]),
+                # fused after another op: the half chain rounds at every step as the unfused one does
+                op(f"e_{dtype}", "mul", [f"a_{dtype}", 1.7]), op(f"re_{dtype}", "fmod", [f"e_{dtype}", -0.3]),
+                op(f"te_{dtype}", "trunc", [f"e_{dtype}"]),
+                # truncating division as the torch importer writes it
+                op(f"d_{dtype}", "div", [f"a_{dtype}", f"b_{dtype}"]), op(f"td_{dtype}", "trunc", [f"d_{dtype}"])]
+    g = make_graph({name: ([v.size], name[2:]) for name, v in inputs.items()}, ops,
+                   [o["name"] for o in ops if o["name"][0] in "rt"])
+    check(g, inputs, exact=g.outputs)
+
+
+@needs_gpp
+def test_fmod_and_trunc_fuse_into_reduction_and_contraction_kernels():
+    rng = np.random.default_rng(11)
+    # multiples of 0.75 times integers: the matmul's sums are exact in any order, so its epilogue is too
+    m = rng.integers(-9, 10, (6, 16)).astype(np.float32) * np.float32(0.75)
+    w = rng.integers(-9, 10, (16, 8)).astype(np.float32)
+    g = make_graph({"m": ([6, 16], "float32"), "w": ([16, 8], "float32")}, [
+        op("rows", "fmod", ["m", 2.5]), op("red", "reduce_max", ["rows"], axes=[-1]),
+        op("tr", "trunc", ["m"]), op("rt", "reduce_min", ["tr"], axes=[0]),
+        op("mm", "matmul", ["m", "w"]), op("q", "div", ["mm", 7.0]), op("tq", "trunc", ["q"]),
+        op("fm", "fmod", ["mm", -5.0])], ["red", "rt", "tq", "fm"])
+    _, ilp = check(g, {"m": m, "w": w}, exact=g.outputs)
+    assert {"rows", "red"} <= set(group_of(ilp, "red").ops) and group_of(ilp, "red").kind == "reduction"
+    assert {"tr", "rt"} <= set(group_of(ilp, "rt").ops)
+    assert {"mm", "q", "tq", "fm"} <= set(group_of(ilp, "mm").ops) and group_of(ilp, "mm").kind == "contraction"
 
 
 # ---------------------------------------------------------------- pools
@@ -245,7 +307,8 @@ def test_cumsum_of_empty_tensors_needs_no_kernel():
 
 @needs_nvcc
 def test_every_new_op_kernel_compiles_with_nvcc():
-    g = make_graph({"x": ([2, 3, 7, 8], "float16"), "i": ([4, 9], "int8"), "d": ([5, 9], "float64")}, [
+    g = make_graph({"x": ([2, 3, 7, 8], "float16"), "i": ([4, 9], "int8"), "d": ([5, 9], "float64"),
+                    "u": ([4, 9], "uint32"), "s": ([4, 9], "int16")}, [
         op("mx", "max_pool2d", ["x"], **POOLS["dilated 2x2 ceil"]),
         op("av", "avg_pool2d", ["x"], **POOLS["3x3/2 pad 1"], count_include_pad=True),
         op("mi", "max_pool2d", ["r"], kernel_shape=[2, 2]), op("r", "reshape", ["i"], shape=[1, 4, 3, 3]),
@@ -253,8 +316,14 @@ def test_every_new_op_kernel_compiles_with_nvcc():
         op("ai", "arange", [], start=0, limit=9, dtype="int8"),
         op("q", "floor_divide", ["d", "a"]), op("m", "remainder", ["i", "ai"]),
         op("qi", "floor_divide", ["i", "ai"]), op("mf", "remainder", ["x", 0.75]),
-        op("c", "cumsum", ["i"], axis=0, exclusive=True, reverse=True), op("cx", "cumsum", ["x"], axis=-1)],
-        ["mx", "av", "mi", "q", "m", "qi", "mf", "c", "cx"])
+        op("c", "cumsum", ["i"], axis=0, exclusive=True, reverse=True), op("cx", "cumsum", ["x"], axis=-1),
+        op("fd", "fmod", ["d", "a"]), op("fi", "fmod", ["i", "ai"]), op("fx", "fmod", ["x", 0.75]),
+        op("td", "trunc", ["fd"]), op("ti", "trunc", ["i"]), op("tx", "trunc", ["x"]),
+        # the integer dtypes of format 1.1 (every elementwise op of every integer dtype: the sweep below)
+        op("qu", "floor_divide", ["u", 4294967295]), op("mu", "remainder", ["s", "u"]), op("fu", "fmod", ["u", 7]),
+        op("pu", "pow", ["u", "u"]), op("ps", "pow", ["s", 3]), op("tu", "trunc", ["u"])],
+        ["mx", "av", "mi", "q", "m", "qi", "mf", "c", "cx", "td", "fi", "fx", "ti", "tx", "qu", "mu", "fu", "pu",
+         "ps", "tu"])
     for strategy in ("none", "ilp"):
         rendered = render(partition(g, strategy))
         compiled = compile_kernels(rendered.kernels, "sm_90")
@@ -308,8 +377,11 @@ def test_kernels_of_the_new_dtypes_compile():
                     "i": ([32, 24], "int16"), "w": ([32, 24], "uint64")},
                    [op("m", "matmul", ["a", "b"]), op("c", "cast", ["m"], dtype="float8_e4m3fn"),
                     op("e", "add", ["u", "i"]), op("f", "cast", ["c"], dtype="uint32"),
-                    op("s", "reduce_sum", ["w"], axes=[0]), op("x", "reduce_max", ["u"], axes=[1])],
-                   ["c", "e", "f", "s", "x"])
+                    op("s", "reduce_sum", ["w"], axes=[0]), op("x", "reduce_max", ["u"], axes=[1]),
+                    op("p", "pow", ["u", "u"]), op("q", "floor_divide", ["w", "w"]), op("r", "remainder", ["i", -1]),
+                    op("n", "neg", ["u"]), op("ab", "abs", ["i"]), op("sq", "square", ["u"]),
+                    op("bf", "cast", ["w"], dtype="bfloat16")],
+                   ["c", "e", "f", "s", "x", "p", "q", "r", "n", "ab", "sq", "bf"])
     for strategy in ("none", "ilp"):
         rendered = render(partition(g, strategy))
         compiled = compile_kernels(rendered.kernels, "sm_90")
@@ -339,3 +411,155 @@ def test_a_resnet_stem_runs_with_its_pool_fused():
     assert cost.modeled_time_us == pytest.approx(ilp.cost.modeled_time_us)
     fused = dataclasses.replace(ilp, strategy="hand", groups=[["conv"], norm], cost=cost)
     assert all(c.ok for c in run_and_check(fused, load_backend("cuda", emulate=True)))
+
+
+# ---------------------------------------------------------------- every elementwise op on every integer dtype
+
+INTEGER_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+#: Float results of transcendental functions, which NumPy and CUDA round differently:
+#: within tolerance; every other result of the sweep is checked bit for bit.
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "sigmoid", "silu", "erf", "sin", "cos", "gelu"})
+#: The elementwise ops whose inference refuses a bool operand (or dtype): the only forms the sweep leaves out.
+NOT_ON_BOOL = frozenset({"neg", "sub", "floor_divide", "remainder", "fmod", "arange"})
+
+
+def integer_edges(dtype: str, seed: int = 0) -> np.ndarray:
+    """Values of ``dtype`` where integer kernels go wrong: 0, 1, -1, the extremes and
+    their neighbours, the all-ones value (-1, or the unsigned maximum), the top bit
+    alone, integers just past rounding boundaries of the float conversions (2^24 + 1
+    and 2^24 + 3 for float32, 2^24 + 2^16 + 1 and 2^62 + 2^54 + 1 a hair above a
+    bfloat16 tie, 2^53 + 1 for float64), and random ones, small and of any size."""
+    if dtype == "bool":
+        return np.array([False, True])
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    probes = [2**24 + 1, 2**24 + 3, 2**24 + 2**16 + 1, 2**53 + 1, 2**62 + 2**54 + 1]
+    values = {0, 1, 2, 3, 7, hi, hi - 1, lo, lo + 1, (hi >> 1) + 1, *probes}
+    if lo:
+        values |= {-1, -2, -7, *(-p for p in probes)}
+    rng = np.random.default_rng(seed)
+    values |= {int(v) for v in rng.integers(lo, hi, 3, dtype=dtype, endpoint=True)}
+    values |= {int(v) for v in rng.integers(max(lo, -20), 21, 2)}
+    return np.array(sorted(v for v in values if lo <= v <= hi), dtype)  # a dtype array: exact for uint64
+
+
+def elementwise_forms(kind: str, dtype: str, operands: list[str], edges: np.ndarray) -> list[tuple[list, dict]]:
+    """(inputs, attrs) of every way the sweep applies elementwise op ``kind`` to the
+    tensors ``operands`` of ``dtype``: binary ops also with a literal, the all-ones
+    value on the right (a divisor of -1, or of the unsigned maximum) and the lowest
+    (signed) or highest (unsigned) value on the left; casts to every dtype."""
+    a, b = operands
+    if kind == "arange":  # integer bounds: the dtype's own arange, counting from each end
+        lo, hi = int(edges[0]), int(edges[-1])
+        return [([], dict(start=lo, limit=lo + 12, dtype=dtype)),
+                ([], dict(start=hi, limit=hi - 12, delta=-1, dtype=dtype))]
+    if kind == "cast":
+        return [([a], dict(dtype=target)) for target in DTYPES]
+    if kind == "clamp":  # integer bounds keep the dtype, float ones give float32
+        return [([a], dict(min=int(edges[1]), max=int(edges[-2]))), ([a], dict(min=-2.5, max=300.5))]
+    if kind == "gelu":
+        return [([a], {}), ([a], dict(approximate="tanh"))]
+    spec = REGISTRY[kind]
+    if spec.max_inputs == 1:
+        return [([a], {})]
+    if dtype == "bool":  # an int literal would make it int64
+        literals = []
+    else:
+        info = np.iinfo(dtype)
+        ones, left = (-1, int(info.min)) if info.min else (int(info.max), int(info.max))
+        literals = [[a, ones], [left, b]]
+    if kind == "where":
+        return [([a, a, b], {})] + [([b, *pair], {}) for pair in literals]
+    return [([a, b], {})] + [(pair, {}) for pair in literals]
+
+
+def elementwise_sweep(dtypes) -> tuple:
+    """One graph applying every elementwise op of the registry (:func:`elementwise_forms`)
+    to every pair of :func:`integer_edges` of each dtype, as tensors ``a_<dtype>`` and
+    ``b_<dtype>``: the graph, its input values, and the op kinds whose inference
+    refused some form, by dtype."""
+    inputs, values, ops, refused = {}, {}, [], {}
+    for dtype in dtypes:
+        edges = integer_edges(dtype)
+        a, b = f"a_{dtype}", f"b_{dtype}"
+        values[a], values[b] = pairs(edges, dtype)
+        inputs[a] = inputs[b] = ([values[a].size], dtype)
+        for kind, spec in REGISTRY.items():
+            if spec.op_class != "elementwise":
+                continue
+            for k, (operands, attrs) in enumerate(elementwise_forms(kind, dtype, [a, b], edges)):
+                entry = op(f"{kind}{k}_{dtype}", kind, operands, **attrs)
+                try:
+                    make_graph({a: inputs[a], b: inputs[b]}, [entry], [entry["name"]])
+                except GraphError:
+                    refused.setdefault(dtype, set()).add(kind)
+                    continue
+                ops.append(entry)
+    return make_graph(inputs, ops, [o["name"] for o in ops]), values, refused
+
+
+def fused_plan(graph, size: int = 32):
+    """A hand plan of ``graph``'s elementwise ops in groups of up to ``size`` siblings:
+    ops of one output shape reading the same first tensor (a group must be connected),
+    each group a multi-output kernel loading its inputs once. An op of no tensor is a
+    group of its own."""
+    siblings = {}
+    for name, o in graph.ops.items():
+        siblings.setdefault((o.out.shape, o.tensor_inputs[0] if o.tensor_inputs else name), []).append(name)
+    groups = [names[i:i + size] for names in siblings.values() for i in range(0, len(names), size)]
+    return dataclasses.replace(partition(graph, "none"), strategy="fused by hand", groups=groups,
+                               cost=evaluate(graph, groups))
+
+
+@needs_gpp
+@pytest.mark.parametrize("dtype", [*INTEGER_DTYPES, "bool"])
+def test_every_elementwise_op_of_every_integer_dtype_is_numpys_bit_for_bit_at_the_edge_values(dtype):
+    """Every elementwise op of the registry on every (a, b) of the dtype's edge values
+    (divisors 0, -1 and the maximum among them), in a kernel of its own and fused
+    with its siblings: NumPy's value bit for bit, wrapping in the operand dtype."""
+    g, values, refused = elementwise_sweep([dtype])
+    assert refused.get(dtype, set()) == (NOT_ON_BOOL if dtype == "bool" else set())  # nothing else left out
+    exact = [name for name in g.outputs if g.ops[name].kind not in TRANSCENDENTAL]
+    check_plans([partition(g, "none"), fused_plan(g)], values, exact)
+
+
+def _mixed_values(dtype: str) -> np.ndarray:
+    """Eight edge values of ``dtype`` (bool: alternating)."""
+    if dtype == "bool":
+        return np.array([False, True] * 4)
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    extra = 2**24 + 2**16 + 1 if hi > 2**25 else hi - 1
+    values = [0, 1, -1, lo, hi, 7, lo + 1, extra] if lo else [0, 1, 2, hi, hi - 1, (hi >> 1) + 1, 7, extra]
+    return np.array(values, dtype)
+
+
+#: Binary ops of two dtypes: for each ordered pair, and (symmetric in their conversions) for each unordered one.
+MIXED_ORDERED = ("sub", "pow", "floor_divide", "remainder", "fmod", "lt")
+MIXED_UNORDERED = ("add", "mul", "div", "maximum", "eq", "logical_and")
+
+
+@needs_gpp
+def test_elementwise_ops_mixing_integer_dtypes_promote_and_convert_as_numpy():
+    """Every pair of distinct integer (and bool) dtypes, in both orders where an op is
+    not symmetric, eight edge values of each broadcast against the other's: the
+    promoted compute dtype (int16 for int8 with uint8, int64 for int32 with uint32,
+    float64 for int64 with uint64) and the conversions into it, bit for bit."""
+    dtypes = [*INTEGER_DTYPES, "bool"]
+    inputs = {f"c_{d}": ([8, 1], d) for d in dtypes} | {f"r_{d}": ([1, 8], d) for d in dtypes}
+    values = {f"c_{d}": _mixed_values(d).reshape(8, 1) for d in dtypes}
+    values |= {f"r_{d}": _mixed_values(d)[::-1].reshape(1, 8) for d in dtypes}
+    ordered = [(d, e) for d in dtypes for e in dtypes if d != e]
+    ops = [op(f"{kind}_{d}_{e}", kind, [f"c_{d}", f"r_{e}"]) for d, e in ordered for kind in MIXED_ORDERED]
+    ops += [op(f"{kind}_{d}_{e}", kind, [f"c_{d}", f"r_{e}"]) for d, e in ordered if d < e for kind in MIXED_UNORDERED]
+    ops += [op(f"where_{d}_{e}", "where", [f"c_{d}", f"c_{d}", f"r_{e}"]) for d, e in ordered]
+    g = make_graph(inputs, ops, [o["name"] for o in ops])
+    check_plans([fused_plan(g, 64)], values, g.outputs)
+
+
+@needs_nvcc
+def test_every_elementwise_op_of_every_integer_dtype_compiles_with_nvcc():
+    g, _, _ = elementwise_sweep([*INTEGER_DTYPES, "bool"])
+    rendered = render(fused_plan(g, 64))
+    compiled = compile_kernels(rendered.kernels, "sm_90")
+    assert {k.name for k in rendered.kernels} <= set(compiled.resources)

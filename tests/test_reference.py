@@ -339,7 +339,8 @@ def test_every_primitive_has_a_tested_reference():
                            "logical_and", "logical_or", "where", "pow", "reshape", "transpose", "slice",
                            "broadcast_to", "concat", "pad", "gather", "matmul", "conv2d", "custom", "ne", "le",
                            "gt"}
-    tested |= {"floor_divide", "remainder", "arange", "cumsum", "max_pool2d", "avg_pool2d"}  # tests/test_new_ops.py
+    tested |= {"floor_divide", "remainder", "fmod", "trunc", "arange", "cumsum", "max_pool2d",
+               "avg_pool2d"}  # tests/test_new_ops.py
     assert set(REGISTRY) <= tested, set(REGISTRY) - tested
 
 

@@ -60,6 +60,8 @@ def literal(value: float | int, dtype: str) -> str:
         return f"({float.hex(v)}{'f' if ctype == 'float' else ''})"
     if dtype == "bool":
         return "true" if value else "false"
+    if dtype == "int64" and value == -2**63:  # 9223372036854775808LL does not fit long long
+        return "((int64_t)(-9223372036854775807LL - 1))"
     return f"(({ctype}){int(value)}{_SUFFIX.get(dtype, '')})"
 
 
@@ -76,6 +78,8 @@ def convert(expr: str, src: str, dst: str) -> str:
         if src == "float64":  # one rounding, not two through float
             return f"__half2float(__double2half({expr}))" if dst == "float16" else \
                 f"__bfloat162float(__double2bfloat16({expr}))"
+        if dst == "bfloat16" and src in INTEGERS:  # one rounding, not two through float32
+            return f"part_round_bf16_int({expr})"
         rounder = "part_round_f16" if dst == "float16" else "part_round_bf16"
         return f"{rounder}((float)({expr}))"
     if dst in ("float32", "float64"):
