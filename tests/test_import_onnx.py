@@ -223,6 +223,47 @@ def test_conv(attrs):
     check(model, atol=1e-4)
 
 
+@pytest.mark.parametrize("attrs", [
+    {"pads": [1, 1, 1, 1, 1, 1]},
+    {"strides": [2, 1, 2], "pads": [1, 0, 2, 0, 1, 1], "dilations": [2, 1, 1], "kernel_shape": [2, 3, 3]},
+    {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2, 2, 1]},
+    {"auto_pad": "SAME_LOWER", "strides": [3, 1, 1]},
+    {"auto_pad": "VALID"},
+])
+def test_conv3d(attrs):
+    rng = np.random.default_rng(4)
+    groups = attrs.get("group", 1)
+    kernel = attrs.get("kernel_shape", [3, 3, 3])
+    init = {"w": rng.standard_normal((6, 4 // groups, *kernel)).astype(np.float32),
+            "b": rng.standard_normal(6).astype(np.float32)}
+    model = make([helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)], {"x": (F, [2, 4, 7, 9, 8])},
+                 {"y": (F, None)}, 17, init)
+    result = check(model, atol=1e-4)
+    assert ops_of(result).count("conv2d") == 1
+
+
+@pytest.mark.parametrize("attrs", [
+    {"pads": [1, 1]},
+    {"strides": [2], "pads": [0, 2], "dilations": [2]},
+    {"group": 2, "auto_pad": "SAME_UPPER", "strides": [2]},
+    {"auto_pad": "SAME_LOWER", "strides": [3]},
+    {"auto_pad": "VALID", "dilations": [3], "bias": False},
+])
+def test_conv1d_is_one_conv2d_over_views_of_height_1(attrs):
+    """A rank-3 Conv (``partitioner.importers.conv1d``, shared with the torch importer):
+    [N, C, L] and the kernel viewed with a height of 1, a conv2d, and a view back."""
+    attrs = dict(attrs)
+    bias = attrs.pop("bias", True)
+    rng = np.random.default_rng(13)
+    groups = attrs.get("group", 1)
+    init = {"w": rng.standard_normal((6, 4 // groups, 3)).astype(np.float32)}
+    if bias:
+        init["b"] = rng.standard_normal(6).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", *(["b"] if bias else [])], ["y"], **attrs)
+    result = check(make([node], {"x": (F, [2, 4, 11])}, {"y": (F, None)}, 17, init), atol=1e-4)
+    assert ops_of(result) == ["reshape", "reshape", "conv2d", "reshape"]
+
+
 def test_batch_normalization_conv_relu():
     rng = np.random.default_rng(4)
     init = {"w": rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
@@ -281,6 +322,22 @@ def test_pad(opset):
         node = helper.make_node("Pad", ["x", "pads", "v", "axes"], ["y"])
         init = {"pads": np.array([1, 2], np.int64), "v": np.array(-2.0, np.float32), "axes": np.array([-1], np.int64)}
     check(make([node], {"x": (F, [3, 4])}, {"y": (F, None)}, opset, init))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize("shape, pads", [([5], [4, 3]), ([3, 4], [2, 0, 1, 3]), ([2, 3, 4], [0, 2, 3, 1, 1, 2]),
+                                         ([2, 3], [0, 0, 0, 0])])
+def test_reflect_edge_and_wrap_pad_are_slices_and_concats(mode, shape, pads):
+    """Bit for bit, as onnxruntime pads (reflect at most size - 1, wrap at most size
+    along an axis)."""
+    if mode == "reflect":
+        pads = [min(p, shape[i % len(shape)] - 1) for i, p in enumerate(pads)]
+    elif mode == "wrap":
+        pads = [min(p, shape[i % len(shape)]) for i, p in enumerate(pads)]
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)
+    model = make([node], {"x": (F, shape)}, {"y": (F, None)}, 19, {"pads": np.array(pads, np.int64)})
+    result = check(model, rtol=0, atol=0)
+    assert set(ops_of(result)) <= {"slice", "broadcast_to", "concat", "reshape"}
 
 
 def test_gather_with_tensor_indices_and_with_a_constant_index():
@@ -534,17 +591,25 @@ def test_integer_mod(fmod, elem):
     model = make([helper.make_node("Mod", ["a", "b"], ["y"], fmod=fmod)], {"a": (elem, [2, 10]), "b": (elem, [2, 10])},
                  {"y": (elem, None)}, 13)
     result = check(model, feeds={"a": SIGNED.astype(dtype), "b": DIVISORS.astype(dtype)})
-    assert "remainder" in ops_of(result)
+    assert ops_of(result) == ["fmod" if fmod else "remainder"]
 
 
 @pytest.mark.parametrize("elem", [F, F16, TP.DOUBLE])
-def test_float_fmod_has_the_dividends_sign(elem):
+def test_float_fmod_is_fmod_with_the_dividends_sign_bit_for_bit(elem):
+    """Against onnxruntime, signs of zero included: -0.0 and -4.0 fmod 2.0 are -0.0."""
     dtype = NUMPY[elem]
-    a = np.array([-4.3, 7.2, 5.0, 4.3, -7.2, 8.0, -0.5, 1e-3, -6.0, 3.0], dtype)
-    b = np.array([2.1, -3.4, 8.0, -2.1, 3.4, 5.0, 0.25, -3.0, 3.0, np.inf], dtype)
-    model = make([helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)], {"a": (elem, [10]), "b": (elem, [10])},
+    special = np.array([0.0, -0.0, -4.3, 7.2, 5.0, -4.0, 2.0, -3.4, 0.25, 1e-3, np.inf, -np.inf, np.nan], dtype)
+    a, b = (v.ravel() for v in np.meshgrid(special, special))
+    model = make([helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)], {"a": (elem, [a.size]), "b": (elem, [a.size])},
                  {"y": (elem, None)}, 13)
-    check(model, feeds={"a": a, "b": b}, rtol=0, atol=0)
+    result = check(model, feeds={"a": a, "b": b}, rtol=0, atol=0)
+    assert ops_of(result) == ["fmod"]
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"a": a, "b": b})
+    got = run_reference(result.load(), {"a": a, "b": b})["y"]
+    numbers = ~np.isnan(want)  # a NaN's sign is IEEE's to leave open
+    assert np.array_equal(got, want, equal_nan=True) and np.array_equal(np.signbit(got[numbers]),
+                                                                        np.signbit(want[numbers]))
 
 
 @pytest.mark.parametrize("attrs, c_shape", [
@@ -613,6 +678,340 @@ def test_expand_where_erf_flatten():
     init = {"shape": np.array([2, 1, 4], np.int64), "zero": np.array(0.0, np.float32)}
     result = check(make(nodes, {"x": (F, [3, 1])}, {"y": (F, None)}, 13, init))
     assert ops_of(result) == ["broadcast_to", "erf", "gt", "where", "reshape"]
+
+
+# ---------------------------------------------------------------- activations, rounding, and once-custom ops
+
+# Edge values: signed zeros, NaN, infinities, subnormals, ties, exp's overflow, the
+# largest float32 magnitudes (inf in float16).
+EDGES = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-40, -1e-40, 1e-7, -1e-7, 0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 20.0, -20.0,
+         88.0, -88.0, 89.0, -89.0, 100.0, -100.0, 3.4e38, -3.4e38]
+
+
+def spread(dtype, count=4000, seed=30, limit=1e3):
+    """The edge values, then ``count`` values of every magnitude from 1e-6 to
+    ``limit``, both signs."""
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        edges = np.array(EDGES).astype(dtype)
+    magnitudes = np.exp(rng.uniform(np.log(1e-6), np.log(limit), count)) * rng.choice([-1.0, 1.0], count)
+    return np.concatenate([edges, magnitudes.astype(dtype)])
+
+
+def assert_same_values(got, want, ulps=0, atol=0.0):
+    """NaN exactly where ``want`` has NaN, its infinities, zeros of its sign where both
+    are zero; every other value within ``ulps`` units in the last place of ``want``
+    plus ``atol`` (0, 0: bit for bit but for NaN's payload)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    g, w = got[~nan], want[~nan]
+    np.testing.assert_array_equal(g[np.isinf(w) | np.isinf(g)], w[np.isinf(w) | np.isinf(g)])
+    zeros = (g == 0) & (w == 0)
+    np.testing.assert_array_equal(np.signbit(g[zeros]), np.signbit(w[zeros]))
+    finite = np.isfinite(w)
+    w = w[finite]
+    ulp = np.abs(w - np.nextafter(w, np.zeros_like(w))).astype(np.float64)  # toward 0: finite at the largest
+    error = np.abs(g[finite].astype(np.float64) - w.astype(np.float64))
+    bad = error > ulps * ulp + atol
+    assert not bad.any(), [(float(a), float(b)) for a, b in zip(g[finite][bad][:8], w[bad][:8])]
+
+
+def run_ort(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def unary(op_type, elem, n, opset, out=None, **attrs):
+    return make([helper.make_node(op_type, ["x"], ["y"], **attrs)], {"x": (elem, [n])}, {"y": (out or elem, None)},
+                opset)
+
+
+def imported(model, feeds):
+    """``model`` imported with no custom op, and its outputs by run_reference."""
+    result = onnx_importer.convert(model)
+    assert not result.summary.custom, result.summary.text("import")
+    return result, run_reference(result.load(), feeds)
+
+
+EPS = np.finfo(np.float32).eps
+# op, opset, attrs, ulps and atol against onnxruntime's float32 kernel. Elu, Selu and
+# Celu compute exp(x) - 1 as the specification writes it (and onnxruntime computes
+# it): near 0 that difference cancels, and an exp an ulp apart leaves up to an ulp
+# of 1 (times alpha, gamma). Mish's subnormal results (x < -87) are onnxruntime's
+# flushed to 0. Softsign divides, where onnxruntime multiplies by a reciprocal
+# estimate (1.0000001 at 3.4e38, where x / (1 + |x|) is 1).
+ACTIVATIONS = [
+    ("Elu", 6, {}, 4, 2 * EPS), ("Elu", 6, {"alpha": 0.3}, 4, EPS),
+    ("Selu", 6, {}, 4, 4 * EPS), ("Selu", 6, {"alpha": 2.0, "gamma": 3.0}, 4, 12 * EPS),
+    ("Celu", 12, {}, 4, 2 * EPS), ("Celu", 12, {"alpha": 2.0}, 4, 4 * EPS),
+    ("Softplus", 1, {}, 6, 0.0), ("Softsign", 1, {}, 4, 0.0), ("Mish", 18, {}, 8, np.finfo(np.float32).tiny),
+    ("HardSigmoid", 6, {}, 0, 0.0), ("HardSigmoid", 6, {"alpha": 0.3, "beta": 0.6}, 0, 0.0),
+    ("HardSwish", 14, {}, 0, 0.0),
+    ("ThresholdedRelu", 10, {}, 0, 0.0), ("ThresholdedRelu", 10, {"alpha": -0.5}, 0, 0.0),
+    ("Shrink", 9, {}, 0, 0.0), ("Shrink", 9, {"lambd": 1.5, "bias": 0.25}, 0, 0.0),
+    ("LeakyRelu", 16, {}, 0, 0.0), ("LeakyRelu", 16, {"alpha": -2.0}, 0, 0.0),
+]
+
+
+@pytest.mark.parametrize("op_type, opset, attrs, ulps, atol", ACTIVATIONS,
+                         ids=[f"{c[0]}-{c[2]}" for c in ACTIVATIONS])
+@pytest.mark.parametrize("elem", [F, F16])
+def test_activations_against_onnxruntime_at_edge_values(op_type, opset, attrs, ulps, atol, elem):
+    """Float32 against onnxruntime's kernel; float16 computed in float32 and rounded
+    once, so against onnxruntime's float32 result rounded to float16 (its own float16
+    kernels, where it has them, round Mish's steps in half precision: 17 ulps off)."""
+    dtype = NUMPY[elem]
+    x = spread(dtype)
+    _, got = imported(unary(op_type, elem, x.size, opset, **attrs), {"x": x})
+    (want,) = run_ort(unary(op_type, F, x.size, opset, **attrs), {"x": x.astype(np.float32)})
+    if elem == F16:
+        ulps, atol = ulps + 1, atol * 2**13  # float16's ulp of 1 is 2^13 float32 ones
+    assert_same_values(got["y"], want.astype(dtype), ulps, atol)
+
+
+@pytest.mark.parametrize("x_shape, slope, opset", [
+    ([2, 3, 4, 5], np.array([-0.5, 0.25, 2.0], np.float32).reshape(3, 1, 1), 16),
+    ([2, 3, 4, 5], np.array([-0.25], np.float32), 16),
+    ([2, 3, 4, 5], np.linspace(-1, 1, 5).astype(np.float32), 9),
+    ([2, 3, 4], np.array([-0.5, 0.25, 2.0], np.float32), 6),  # before opset 7: per channel
+    ([2, 4, 3], np.array([-3, 2, 0], np.int32), 16),
+    ([6], np.array([-3], np.int64), 16),
+])
+def test_prelu_slope_broadcasts_to_x(x_shape, slope, opset):
+    """``slope * x`` where x < 0, else x: zeros keep their sign whatever the slope's
+    (onnx.reference's ``where(x > 0, ...)`` gives -0 * -0.5 = +0). Unidirectional
+    broadcasting from opset 7; before it a slope of C values is per channel, as
+    PyTorch exported PReLU(C), which onnx.reference runs (onnxruntime cannot)."""
+    elem = {np.float32: F, np.int32: TP.INT32, np.int64: I64}[slope.dtype.type]
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal(x_shape) * 4
+    x = x.astype(slope.dtype)
+    if elem == F:
+        x.flat[:4] = [0.0, -0.0, np.nan, -np.inf]
+    model = make([helper.make_node("PRelu", ["x", "slope"], ["y"])], {"x": (elem, x_shape)}, {"y": (elem, None)},
+                 opset, {"slope": slope})
+    _, got = imported(model, {"x": x})
+    want = (onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})[0] if opset < 7 else
+            run_ort(model, {"x": x})[0])
+    if opset < 7:  # onnx.reference's where(x > 0, ...): -0 for a +0 times a negative slope
+        zeros = x == 0
+        want[zeros] = x[zeros]
+    assert_same_values(got["y"], want)
+
+
+def all_values(dtype):
+    """Every float16, or the edge values, spread values and random bit patterns."""
+    if dtype == np.float16:
+        return np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    bits = {np.float32: np.uint32, np.float64: np.uint64}[dtype]
+    random = np.random.default_rng(32).integers(0, np.iinfo(bits).max, 20000, dtype=bits, endpoint=True).view(dtype)
+    ties = (np.arange(-4000, 4000) / 4).astype(dtype)  # halves, quarters: Round's ties
+    with np.errstate(over="ignore"):
+        large = np.array([2**23 - 0.5, -(2**23 - 0.5), 2**23 + 1, 2**52 + 0.5, 2**53, -(2**52 + 0.5)]).astype(dtype)
+    return np.concatenate([spread(dtype, limit=1e8), random, ties, large])
+
+
+@pytest.mark.parametrize("op_type, opset, attrs", [
+    ("Floor", 13, {}), ("Ceil", 13, {}), ("Round", 11, {}), ("Sign", 13, {}), ("IsNaN", 20, {}), ("IsInf", 20, {}),
+    ("IsInf", 20, {"detect_negative": 0}), ("IsInf", 20, {"detect_positive": 0}),
+    ("IsInf", 20, {"detect_negative": 0, "detect_positive": 0}),
+])
+@pytest.mark.parametrize("elem", [F, F16, TP.DOUBLE])
+def test_rounding_and_classification_bit_for_bit(op_type, opset, attrs, elem):
+    """Floor and Ceil from ``trunc``, Round half to even (``trunc``, its fraction and
+    parity), Sign, IsNaN, IsInf: every bit as onnxruntime gives it, signed zeros
+    included (Round(-0.5) is -0, Floor(-0.0) is -0), over every float16 and over
+    ties, large magnitudes and random bit patterns of float32 and float64.
+    onnxruntime's float16 Sign gives 0 for NaN, its float32 kernel (and the
+    specification, NumPy's sign) NaN: float16 is compared with the latter."""
+    dtype = NUMPY[elem]
+    x = all_values(dtype)
+    out = B if op_type in ("IsNaN", "IsInf") else elem
+    _, got = imported(unary(op_type, elem, x.size, opset, out, **attrs), {"x": x})
+    if op_type == "Sign" and elem == F16:
+        (want,) = run_ort(unary(op_type, F, x.size, opset), {"x": x.astype(np.float32)})
+        want = want.astype(np.float16)
+    else:
+        (want,) = run_ort(unary(op_type, elem, x.size, opset, out, **attrs), {"x": x})
+    if out == B:
+        np.testing.assert_array_equal(got["y"], want)
+    else:
+        assert_same_values(got["y"], want)
+
+
+@pytest.mark.parametrize("elem", [TP.INT8, TP.INT32, I64, TP.UINT8])
+def test_integer_sign(elem):
+    dtype = {TP.UINT8: np.uint8}.get(elem) or NUMPY[elem]
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min + 1, -5, -1, 0, 1, 7, info.max], dtype=np.int64).clip(info.min, info.max)
+    x = x.astype(dtype)
+    _, got = imported(unary("Sign", elem, x.size, 13), {"x": x})
+    np.testing.assert_array_equal(got["y"], run_ort(unary("Sign", elem, x.size, 13), {"x": x})[0])
+
+
+def test_where_onnxruntime_departs_from_the_specification_the_import_follows_it():
+    """float64 Shrink (onnxruntime rounds its result to float32: -2.1e78 becomes
+    -inf), float64 Mish (onnxruntime's is float32-accurate and 0 below -50) and
+    Swish beyond |x| of 4 (onnxruntime's sigmoid loses its relative precision there:
+    1e-3 at -10, 4x at -20) are the specification's formulas, as onnx.reference
+    computes them, to its ulps."""
+    x = spread(np.float64, limit=1e80)
+    for op_type, opset, attrs, ulps in [("Shrink", 9, {"lambd": 1.5, "bias": 0.25}, 0), ("Mish", 18, {}, 8),
+                                        ("Swish", 24, {"alpha": 0.7}, 8)]:
+        model = unary(op_type, TP.DOUBLE, x.size, opset, **attrs)
+        _, got = imported(model, {"x": x})
+        with np.errstate(all="ignore"):
+            want = onnx.reference.ReferenceEvaluator(model).run(None, {"x": x})[0]
+        assert_same_values(got["y"], want, ulps, np.finfo(np.float64).tiny * 2**20)
+    x = spread(np.float32)
+    model = unary("Swish", F, x.size, 24, alpha=0.7)
+    _, got = imported(model, {"x": x})
+    small = np.abs(x) <= 4
+    (ort_swish,) = run_ort(model, {"x": x})
+    assert_same_values(got["y"][small], ort_swish[small], 16)
+    with np.errstate(all="ignore"):
+        scaled = (np.float32(0.7) * x).astype(np.float64)  # rounded to float32, as both compute it
+        exact = (x.astype(np.float64) / (1 + np.exp(-scaled))).astype(np.float32)
+    assert_same_values(got["y"], exact, 4, np.finfo(np.float32).tiny * 16)  # sigmoid's underflow below -125
+
+
+SHAPED = [  # op, inputs (elem, shape), the run-time operand's value, the stated output shape, opset
+    ("Expand", [(F, [1, 3, 1]), (I64, [4])], np.array([3, 3, 1, 3]), [3, 3, 3, 3], 13),
+    ("Expand", [(F, [1, 3, 1]), (I64, [2])], np.array([3, 1]), [1, 3, 1], 13),
+    ("Unsqueeze", [(F, [3, 4]), (I64, [2])], np.array([0, -1]), [1, 3, 4, 1], 13),
+    ("Squeeze", [(F, [1, 3, 1, 4]), (I64, [1])], np.array([2]), [1, 3, 4], 13),
+    ("Tile", [(F, [2, 3]), (I64, [2])], np.array([3, 2]), [6, 6], 13),
+    ("ConstantOfShape", [(I64, [2])], np.array([3, 5]), [3, 5], 13),
+]
+
+
+@pytest.mark.parametrize("op_type, inputs, value, shape, opset", SHAPED, ids=[c[0] for c in SHAPED])
+def test_a_shape_operand_computed_at_run_time_takes_the_stated_result_shape(op_type, inputs, value, shape, opset):
+    """The model states the result's shape (ONNX's backend data and exporters do),
+    which fixes the result as it fixes Reshape's: X broadcast, viewed or tiled to it."""
+    names = ["x", "s"][-len(inputs):] if len(inputs) == 1 else ["x", "s"]
+    model = make([helper.make_node(op_type, names, ["y"])], dict(zip(names, inputs)),
+                 {"y": (F, shape)}, opset)
+    feeds = {n: (value if n == "s" else np.random.default_rng(33).standard_normal(t[1]).astype(np.float32))
+             for n, t in zip(names, inputs)}
+    result = check(model, feeds, rtol=0, atol=0)
+    assert op_type != "Tile" or "broadcast_to" in ops_of(result)
+
+
+def test_split_sizes_computed_at_run_time_are_the_outputs_stated_sizes():
+    model = make([helper.make_node("Split", ["x", "sizes"], ["a", "b", "c"], axis=1)],
+                 {"x": (F, [2, 7]), "sizes": (I64, [3])}, {"a": (F, [2, 1]), "b": (F, [2, 4]), "c": (F, [2, 2])}, 13)
+    feeds = {"x": np.arange(14, dtype=np.float32).reshape(2, 7), "sizes": np.array([1, 4, 2])}
+    assert ops_of(check(model, feeds, rtol=0, atol=0)) == ["slice"] * 3
+
+
+@pytest.mark.parametrize("bounds", ["both", "min", "max", "static min", "static min only", "none"])
+@pytest.mark.parametrize("elem", [F, F16, TP.INT32])
+def test_clip_bounds_computed_at_run_time_or_absent(bounds, elem):
+    """``maximum`` by the lower bound, then ``minimum`` by the upper: min > max gives
+    max; NaN stays NaN. An absent bound of a float is its dtype's largest finite
+    magnitude, as the specification and onnxruntime have it: ±inf become ±max."""
+    dtype = NUMPY[elem]
+    x = np.arange(-6, 6).astype(dtype)
+    if elem != TP.INT32:
+        x[:4] = [np.nan, -np.inf, -0.0, np.inf]
+    inputs, init = {"x": (elem, [12])}, {}
+    names = {"both": ["x", "lo", "hi"], "min": ["x", "lo"], "max": ["x", "", "hi"], "static min": ["x", "lo", "hi"],
+             "static min only": ["x", "lo"], "none": ["x"]}[bounds]
+    if bounds.startswith("static"):
+        init["lo"] = np.array(-2, dtype)
+    inputs.update({n: (elem, []) for n in names[1:] if n and n not in init})
+    model = make([helper.make_node("Clip", names, ["y"])], inputs, {"y": (elem, None)}, 13, init)
+    for lo, hi in [(-2, 3), (4, 1)]:
+        feeds = {"x": x, **{k: np.array(v, dtype) for k, v in (("lo", lo), ("hi", hi)) if k in inputs}}
+        result, got = imported(model, feeds)
+        assert_same_values(got["y"], run_ort(model, feeds)[0])
+    assert ("clamp" in ops_of(result)) == (bounds in ("static min only", "none"))  # bounds all known
+
+
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [None, -1, 2])
+@pytest.mark.parametrize("elem", [F, I64, B])
+def test_trilu_with_a_known_diagonal(upper, k, elem):
+    """X where column - row >= k (upper) or <= k (lower), from two ``arange``s: the
+    mask is elementwise, no constant."""
+    dtype = NUMPY[elem]
+    x = np.random.default_rng(34).standard_normal((2, 4, 5)) * 3
+    x = (x > 0) if elem == B else x.astype(dtype)
+    if elem == F:
+        x[0, 0, :3] = [np.nan, -0.0, np.inf]
+    init = {} if k is None else {"k": np.array(k, np.int64)}
+    node = helper.make_node("Trilu", ["x"] + ([] if k is None else ["k"]), ["y"], upper=upper)
+    model = make([node], {"x": (elem, [2, 4, 5])}, {"y": (elem, None)}, 14, init)
+    result, got = imported(model, {"x": x})
+    assert_same_values(got["y"], run_ort(model, {"x": x})[0]) if elem == F else \
+        np.testing.assert_array_equal(got["y"], run_ort(model, {"x": x})[0])
+    assert "arange" in ops_of(result) and not [i for i in result.graph["inputs"] if i["name"] != "x"]
+
+
+@pytest.mark.parametrize("axis, shape, index_shape", [(0, [4, 3], [2, 3]), (1, [3, 5], [3, 4]),
+                                                      (-1, [2, 3, 4], [2, 2, 6]), (1, [2, 3, 4], [1, 5, 2])])
+@pytest.mark.parametrize("index_elem", [I64, TP.INT32])
+def test_gather_elements_is_one_gather_at_a_linear_index(axis, shape, index_shape, index_elem):
+    rng = np.random.default_rng(35)
+    size = shape[axis]
+    x = rng.standard_normal(shape).astype(np.float32)
+    indices = rng.integers(-size, size, index_shape).astype(NUMPY[index_elem])
+    model = make([helper.make_node("GatherElements", ["x", "i"], ["y"], axis=axis)],
+                 {"x": (F, shape), "i": (index_elem, index_shape)}, {"y": (F, None)}, 13)
+    result = check(model, {"x": x, "i": indices}, rtol=0, atol=0)
+    assert ops_of(result).count("gather") == 1
+    indices.flat[0] = size  # out of range: the run fails, as onnxruntime's does
+    with pytest.raises(ValueError, match="gather index out of range"):
+        run_reference(result.load(), {"x": x, "i": indices})
+
+
+@pytest.mark.parametrize("op_type, mode, shape, opset", [("DepthToSpace", "DCR", [2, 8, 3, 2], 13),
+                                                         ("DepthToSpace", "CRD", [1, 12, 2, 3], 13),
+                                                         ("SpaceToDepth", None, [2, 3, 4, 6], 13)])
+def test_depth_to_space_and_back_are_views_and_a_transpose(op_type, mode, shape, opset):
+    attrs = {"blocksize": 2, **({"mode": mode} if mode else {})}
+    model = make([helper.make_node(op_type, ["x"], ["y"], **attrs)], {"x": (F, shape)}, {"y": (F, None)}, opset)
+    result = check(model, rtol=0, atol=0)
+    assert ops_of(result) == ["reshape", "transpose", "reshape"]
+
+
+@pytest.mark.parametrize("k, dtype", [(0, None), (1, TP.INT32), (-2, F)])
+def test_eye_like(k, dtype):
+    attrs = {"k": k, **({"dtype": dtype} if dtype else {})}
+    model = make([helper.make_node("EyeLike", ["x"], ["y"], **attrs)], {"x": (I64, [4, 6])},
+                 {"y": (dtype or I64, None)}, 9)
+    check(model, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("op_type", ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"])
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize("elem, keepdims", [(F, 1), (F, 0), (F16, 1), (TP.INT32, 0)])
+def test_norm_reductions(op_type, opset, elem, keepdims):
+    """A ``reduce_sum`` between elementwise ops; float16 is computed in float32 and
+    rounded once (onnxruntime runs these on float32 and integers: float16 is
+    compared with its float32 result, rounded)."""
+    if elem == TP.INT32 and op_type in ("ReduceL2", "ReduceLogSum"):
+        pytest.skip("integer L2 and LogSum are custom")
+    axes = [0, -1]
+    node = (helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=keepdims) if opset >= 18 else
+            helper.make_node(op_type, ["x"], ["y"], keepdims=keepdims, axes=axes))
+    init = {"axes": np.array(axes, np.int64)} if opset >= 18 else {}
+    model = make([node], {"x": (elem, [3, 4, 5])}, {"y": (elem, None)}, opset, init)
+    feeds = feeds_for(model, positive=op_type == "ReduceLogSum")
+    if elem != F16:
+        check(model, feeds, rtol=1e-6, atol=0)
+        return
+    _, got = imported(model, feeds)
+    model32 = make([node], {"x": (F, [3, 4, 5])}, {"y": (F, None)}, opset, init)
+    (want,) = run_ort(model32, {"x": feeds["x"].astype(np.float32)})
+    assert_same_values(got["y"], want.astype(np.float16), 1)
+
+
+def test_xor_and_swish():
+    nodes = [helper.make_node("Xor", ["a", "b"], ["x"]), helper.make_node("Swish", ["f"], ["s"])]
+    model = make(nodes, {"a": (B, [3, 4]), "b": (B, [4]), "f": (F, [3, 4])}, {"x": (B, None), "s": (F, None)}, 24)
+    assert ops_of(check(model)) == ["ne", "sigmoid", "mul"]
 
 
 # ---------------------------------------------------------------- ONNX's light models
@@ -847,3 +1246,321 @@ def test_dropout_is_the_identity_only_at_inference(capsys):
     assert result.summary.reasons == {"Dropout": "training-mode Dropout draws a random mask on every run"}
     ratio["r"] = np.array(0.0, np.float32)
     check(make([helper.make_node("Dropout", ["x", "r", "t"], ["y"])], x, {"y": (F, None)}, 13, ratio))
+
+
+# ---------------------------------------------------------------- ai.onnx.ml: linear models, preprocessing, ZipMap
+
+
+def ml_node(op_type, inputs, outputs, **attrs):
+    return helper.make_node(op_type, inputs, outputs, domain="ai.onnx.ml", **attrs)
+
+
+def ml_make(nodes, inputs, outputs):
+    """``make`` at opset 17 with the ai.onnx.ml domain (version 1) imported too."""
+    model = make(nodes, inputs, outputs)
+    model.opset_import.append(helper.make_opsetid("ai.onnx.ml", 1))
+    return model
+
+
+def ml_feeds(shape, elem=F, seed=20):
+    """Inputs of magnitude about 2, so that the scores give several classes."""
+    data = np.random.default_rng(seed).standard_normal(shape) * 2
+    return {"x": (np.round(data) if elem in (I64, TP.INT32) else data).astype(NUMPY[elem])}
+
+
+def classifier(post_transform, labels, classes=3, features=4, elem=F, rows=8, seed=21, coefficients=None):
+    rng = np.random.default_rng(seed)
+    coefficients = rng.standard_normal(classes * features) if coefficients is None else coefficients
+    node = ml_node("LinearClassifier", ["x"], ["label", "scores"], classlabels_ints=labels,
+                   coefficients=[float(c) for c in coefficients],
+                   intercepts=rng.standard_normal(classes).tolist(), post_transform=post_transform)
+    return ml_make([node], {"x": (elem, [rows, features])}, {"label": (I64, None), "scores": (F, None)})
+
+
+def ml_reasons(model):
+    return onnx_importer.convert(model).summary.reasons
+
+
+@pytest.mark.parametrize("post_transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+@pytest.mark.parametrize("labels", [[0, 1, 2], [3, -7, 9]])
+def test_linear_classifier(post_transform, labels):
+    """Labels ``classlabels_ints[argmax]`` of the raw scores: the argmax itself for
+    labels 0, 1, 2, else a gather from the labels."""
+    model = classifier(post_transform, labels)
+    feeds = ml_feeds([8, 4])
+    result = check(model, feeds)
+    label = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert len(set(label.tolist())) == 3  # every class occurs: the argmax is tested
+    assert ("gather" in ops_of(result)) == (labels != [0, 1, 2])
+    assert not result.summary.notes
+
+
+def test_linear_classifier_labels_from_the_raw_scores():
+    """Scores 20 and 25 both have the LOGISTIC probability 1.0 in float32: the label
+    is 25's class, as onnxruntime gives it (onnx.reference's argmax of the
+    probabilities picks the first)."""
+    node = ml_node("LinearClassifier", ["x"], ["label", "scores"], classlabels_ints=[0, 1], coefficients=[20.0, 25.0],
+                   intercepts=[0.0, 0.0], post_transform="LOGISTIC")
+    model = ml_make([node], {"x": (F, [1, 1])}, {"label": (I64, None), "scores": (F, None)})
+    feeds = {"x": np.ones((1, 1), np.float32)}
+    got = run_reference(check(model, feeds).load(), feeds)
+    assert got["label"].tolist() == [1] != onnx.reference.ReferenceEvaluator(model).run(None, feeds)[0].tolist()
+
+
+@pytest.mark.parametrize("elem", [TP.DOUBLE, I64, TP.INT32])
+def test_linear_classifier_casts_its_input_to_float(elem):
+    """onnxruntime computes in float32 whatever the input: the scores are float."""
+    result = check(classifier("LOGISTIC", [0, 1, 2], elem=elem), ml_feeds([8, 4], elem))
+    assert ops_of(result)[0] == "cast"
+
+
+def test_binary_linear_classifier_is_the_pair_of_minus_and_plus_the_score():
+    """One class score, two labels: probabilities [sigmoid(-s), sigmoid(s)] (as
+    onnx.reference; onnxruntime's [1 - p, p] agree) and the label of s > 0: a score
+    of exactly 0 (the zero row) is the first label, in both runtimes."""
+    node = ml_node("LinearClassifier", ["x"], ["label", "scores"], classlabels_ints=[4, 2],
+                   coefficients=[0.5, -1.0, 2.0], intercepts=[0.0], post_transform="LOGISTIC")
+    model = ml_make([node], {"x": (F, [6, 3])}, {"label": (I64, None), "scores": (F, None)})
+    feeds = ml_feeds([6, 3])
+    feeds["x"][0] = 0
+    check(model, feeds)
+    got = run_reference(onnx_importer.convert(model).load(), feeds)
+    label, scores = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got["label"], label)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-6, atol=1e-7)
+    assert got["label"][0] == 4 and set(got["label"].tolist()) == {2, 4}
+
+
+@pytest.mark.parametrize("post_transform, labels, classes, reason", [
+    ("SOFTMAX_ZERO", [0, 1, 2], 3, "onnxruntime and onnx.reference disagree on SOFTMAX_ZERO"),
+    ("PROBIT", [0, 1, 2], 3, "onnxruntime and onnx.reference disagree on PROBIT"),
+    ("NONE", [0, 1], 1, "binary scores with post_transform NONE: onnxruntime gives [1 - s, s]"),
+    ("SOFTMAX", [0, 1], 1, "binary scores with post_transform SOFTMAX: onnxruntime gives [1 - s, s]"),
+    ("LOGISTIC", [5], 1, "one class score without two labels"),
+])
+def test_linear_classifiers_the_runtimes_disagree_on_are_custom(post_transform, labels, classes, reason):
+    reasons = ml_reasons(classifier(post_transform, labels, classes))
+    assert list(reasons) == ["ai.onnx.ml.LinearClassifier"] and reason in reasons["ai.onnx.ml.LinearClassifier"]
+
+
+def test_a_custom_linear_classifier_runs_through_onnx_reference():
+    """SOFTMAX_ZERO's scores [0, -1, -2]: onnxruntime labels class 0, onnx.reference
+    class 1 (whose probability is the largest); the custom op computes the latter."""
+    node = ml_node("LinearClassifier", ["x"], ["label", "scores"], classlabels_ints=[0, 1, 2],
+                   coefficients=[1.0, 0.0, 0.0], intercepts=[0.0, -1.0, -2.0], post_transform="SOFTMAX_ZERO")
+    model = ml_make([node], {"x": (F, [1, 1])}, {"label": (I64, None), "scores": (F, None)})
+    feeds = {"x": np.zeros((1, 1), np.float32)}
+    got = run_reference(onnx_importer.convert(model).load(), feeds)
+    label, scores = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_array_equal(got["label"], label)
+    np.testing.assert_allclose(got["scores"], scores, rtol=1e-6)
+    assert ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, feeds)[0].tolist() == [0] != label.tolist()
+
+
+def test_a_linear_classifier_with_string_labels_is_a_one_line_error():
+    node = ml_node("LinearClassifier", ["x"], ["label", "scores"], classlabels_strings=["a", "b"],
+                   coefficients=[1.0, 2.0, 3.0, 4.0], intercepts=[0.0, 1.0])
+    model = ml_make([node], {"x": (F, [3, 2])}, {"label": (TP.STRING, None), "scores": (F, None)})
+    with pytest.raises(GraphError, match=r"tensor 'label' is STRING, which format v1 has no dtype for$"):
+        onnx_importer.convert(model)
+
+
+@pytest.mark.parametrize("coefficients, labels, message", [
+    (5, [0, 1, 2], "5 coefficients for 3 classes x 2 features"),
+    (6, [0, 1], "2 class labels for 3 intercepts"),
+])
+def test_an_inconsistent_linear_classifier_is_a_one_line_error(coefficients, labels, message):
+    model = classifier("NONE", labels, 3, features=2, coefficients=np.ones(coefficients))
+    with pytest.raises(GraphError, match=re.escape(f"op 'label' (ai.onnx.ml.LinearClassifier): {message}")) as caught:
+        onnx_importer.convert(model)
+    assert "\n" not in str(caught.value)
+
+
+def test_more_coefficients_than_classes_x_features_use_the_first_as_onnxruntime():
+    """logreg_iris's case: 12 coefficients for 3 classes of 2 features. onnxruntime's
+    GEMM reads the first 6, row-major (not the first 2 columns of [3, 4]); the
+    summary says so."""
+    coefficients = np.random.default_rng(22).standard_normal(12)
+    result = check(classifier("SOFTMAX", [0, 1, 2], 3, features=2, coefficients=coefficients), ml_feeds([8, 2]))
+    weights = next(i for i in result.graph["inputs"] if i["name"] == "label_coefficients")
+    np.testing.assert_allclose(np.array(weights["value"]).T, coefficients[:6].reshape(3, 2), rtol=1e-7)
+    assert result.summary.notes == ["op 'label' (ai.onnx.ml.LinearClassifier): 12 coefficients for 3 classes x 2 "
+                                    "features: the first 6 are used, row-major, as onnxruntime does (onnx.reference "
+                                    "rejects the model)"]
+
+
+@pytest.mark.parametrize("targets, intercepts", [(1, True), (3, True), (3, False)])
+def test_linear_regressor(targets, intercepts):
+    rng = np.random.default_rng(23)
+    attrs = {"targets": targets, "coefficients": rng.standard_normal(targets * 4).tolist()}
+    if intercepts:
+        attrs["intercepts"] = rng.standard_normal(targets).tolist()
+    model = ml_make([ml_node("LinearRegressor", ["x"], ["y"], **attrs)], {"x": (F, [5, 4])}, {"y": (F, None)})
+    result = check(model, ml_feeds([5, 4]))
+    assert ops_of(result) == (["matmul", "add"] if intercepts else ["matmul"])
+
+
+@pytest.mark.parametrize("attrs, elem, reason", [
+    ({"post_transform": "LOGISTIC"}, F, "post_transform LOGISTIC: onnx.reference computes only NONE"),
+    ({"targets": 2, "intercepts": [1.0]}, F,
+     "1 intercepts for 2 targets: onnxruntime ignores them, onnx.reference broadcasts them"),
+    ({}, TP.DOUBLE, "float64 input: onnxruntime runs LinearRegressor on float only"),
+])
+def test_linear_regressors_the_runtimes_disagree_on_are_custom(attrs, elem, reason):
+    """Custom where the model states the output's shape (ONNX infers none)."""
+    targets = attrs.get("targets", 1)
+    node = ml_node("LinearRegressor", ["x"], ["y"], coefficients=[1.0] * (2 * targets), **attrs)
+    model = ml_make([node], {"x": (elem, [3, 2])}, {"y": (F, [3, targets])})
+    assert ml_reasons(model) == {"ai.onnx.ml.LinearRegressor": reason}
+
+
+# rows: positive, one whose largest magnitude is negative (MAX: onnxruntime divides by
+# the largest value, 1.0; onnx.reference by the magnitude, 4), all negative, all zero
+NORMALIZER_ROWS = np.array([[0.5, 2.0, 1.5], [-4.0, 1.0, 0.5], [-1.0, -3.0, -0.5], [0.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("shape", [[4, 3], [3]])
+def test_normalizer(norm, shape):
+    model = ml_make([ml_node("Normalizer", ["x"], ["y"], norm=norm)], {"x": (F, shape)}, {"y": (F, None)})
+    x = NORMALIZER_ROWS.astype(np.float32)
+    check(model, {"x": x if len(shape) == 2 else x[1]})
+
+
+@pytest.mark.parametrize("norm, elem", [("MAX", I64), ("L1", TP.INT32), ("L2", TP.DOUBLE)])
+def test_normalizer_casts_its_input_to_float(norm, elem):
+    model = ml_make([ml_node("Normalizer", ["x"], ["y"], norm=norm)], {"x": (elem, [4, 3])}, {"y": (F, None)})
+    check(model, {"x": (NORMALIZER_ROWS * 2).astype(NUMPY[elem])})
+
+
+def test_integer_l2_normalizer_is_custom():
+    model = ml_make([ml_node("Normalizer", ["x"], ["y"], norm="L2")], {"x": (I64, [4, 3])}, {"y": (F, [4, 3])})
+    assert ml_reasons(model) == {"ai.onnx.ml.Normalizer": "L2 of int64 input: onnxruntime squares it in int64"}
+
+
+@pytest.mark.parametrize("scale, offset, elem", [
+    ([2.0, -0.5, 0.25], [1.0, 0.0, -3.0], F),
+    ([1.5], [-0.5], F),
+    ([2.0, -0.5, 0.25], [1.0, 0.0, -3.0], TP.DOUBLE),
+    ([0.5], [2.0], I64),
+])
+def test_scaler(scale, offset, elem):
+    model = ml_make([ml_node("Scaler", ["x"], ["y"], scale=scale, offset=offset)], {"x": (elem, [4, 3])},
+                    {"y": (F, None)})
+    check(model, ml_feeds([4, 3], elem))
+
+
+def test_a_scaler_of_mismatched_lengths_is_a_one_line_error():
+    model = ml_make([ml_node("Scaler", ["x"], ["y"], scale=[1.0, 2.0], offset=[0.0, 1.0])], {"x": (F, [4, 3])},
+                    {"y": (F, None)})
+    with pytest.raises(GraphError, match=re.escape("(ai.onnx.ml.Scaler): 2 scales and 2 offsets for 3 features")):
+        onnx_importer.convert(model)
+
+
+@pytest.mark.parametrize("attrs", [{}, {"threshold": 0.3}, {"threshold": -1.25}])
+def test_binarizer(attrs):
+    model = ml_make([ml_node("Binarizer", ["x"], ["y"], **attrs)], {"x": (F, [4, 5])}, {"y": (F, None)})
+    feeds = ml_feeds([4, 5])
+    feeds["x"][0, :3] = [0.0, 0.3, -1.25]  # at each threshold: not above it
+    check(model, feeds, rtol=0, atol=0)
+
+
+def test_double_binarizer_is_custom():
+    model = ml_make([ml_node("Binarizer", ["x"], ["y"])], {"x": (TP.DOUBLE, [4, 5])}, {"y": (TP.DOUBLE, None)})
+    assert ml_reasons(model) == {"ai.onnx.ml.Binarizer": "float64 input: onnxruntime binarizes float only"}
+
+
+def zip_map_model(key, labels):
+    """LinearClassifier -> Normalizer -> ZipMap, as sklearn-onnx writes a classifier."""
+    rng = np.random.default_rng(24)
+    nodes = [ml_node("LinearClassifier", ["x"], ["label", "p"], classlabels_ints=[0, 1, 2],
+                     coefficients=rng.standard_normal(12).tolist(), intercepts=rng.standard_normal(3).tolist(),
+                     post_transform="LOGISTIC"),
+             ml_node("Normalizer", ["p"], ["pn"], norm="L1"),
+             ml_node("ZipMap", ["pn"], ["probabilities"], **{key: labels})]
+    maps = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TP.INT64 if key == "classlabels_int64s" else TP.STRING, helper.make_tensor_type_proto(F, [])))
+    model = ml_make(nodes, {"x": (F, [6, 4])}, {"label": (I64, None)})
+    model.graph.output.append(helper.make_value_info("probabilities", maps))
+    return model
+
+
+def as_table(maps, labels):
+    """onnxruntime's sequence of maps as the [N, C] tensor, columns in ``labels`` order."""
+    return np.array([[row[label] for label in labels] for row in maps], np.float32)
+
+
+@pytest.mark.parametrize("key, labels", [("classlabels_int64s", [10, 20, 30]),
+                                         ("classlabels_strings", ["a", "b", "c"])])
+def test_zip_map_keeps_the_probability_tensor_and_says_so(key, labels):
+    model = zip_map_model(key, labels)
+    feeds = ml_feeds([6, 4])
+    label, maps = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    result = onnx_importer.convert(model)
+    assert not result.summary.custom
+    got = run_reference(result.load(), feeds)
+    np.testing.assert_array_equal(got["label"], label)
+    np.testing.assert_allclose(got["probabilities"], as_table(maps, labels), rtol=1e-6, atol=1e-7)
+    note = (f"op 'probabilities' (ai.onnx.ml.ZipMap): its output 'probabilities' (a sequence of maps) is its input "
+            f"tensor [6, 3], columns in {key} order: format v1 has no maps")
+    assert result.summary.notes == [note] and f"  note: {note}" in result.summary.text("import")
+
+
+def test_zip_map_of_one_row_is_one_map():
+    model = ml_make([ml_node("ZipMap", ["x"], ["maps"], classlabels_int64s=[1, 2, 3])], {"x": (F, [3])}, {})
+    model.graph.output.append(helper.make_value_info("maps", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(TP.INT64, helper.make_tensor_type_proto(F, [])))))
+    x = np.array([0.25, 0.5, 0.25], np.float32)
+    (maps,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = run_reference(onnx_importer.convert(model).load(), {"x": x})
+    np.testing.assert_array_equal(got["maps"], as_table(maps, [1, 2, 3]))
+    assert got["maps"].shape == (1, 3)
+
+
+def test_zip_map_whose_maps_are_read_is_refused_in_one_line():
+    model = zip_map_model("classlabels_int64s", [10, 20, 30])
+    model.graph.node.append(helper.make_node("Consume", ["probabilities"], ["c"], domain="example.maps"))
+    model.opset_import.append(helper.make_opsetid("example.maps", 1))
+    message = "(not mapped: its sequence of maps is read by another op)"
+    with pytest.raises(GraphError, match=re.escape(message) + "$"):
+        onnx_importer.convert(model)
+
+
+def test_zip_map_of_the_wrong_label_count_is_a_one_line_error():
+    with pytest.raises(GraphError, match=re.escape("(ai.onnx.ml.ZipMap): 2 class labels for an input of shape [6, 3]")):
+        onnx_importer.convert(zip_map_model("classlabels_int64s", [10, 20]))
+
+
+# ---------------------------------------------------------------- the models the onnxruntime wheel ships
+
+ORT_DATASETS = Path(ort.__file__).parent / "datasets"
+
+
+@pytest.mark.parametrize("name", ["mul_1", "sigmoid"])
+def test_onnxruntime_dataset_models_import_without_custom_ops(name):
+    model = onnx.load(str(ORT_DATASETS / f"{name}.onnx"))
+    result = check(model)
+    assert not result.summary.notes
+
+
+def test_logreg_iris_imports_with_onnxruntimes_values():
+    """Its input is [3, 2] but its 12 coefficients are 3 classes of 4 (iris)
+    features: onnxruntime uses the first 6, and the import does, saying so; its
+    ZipMap's maps are the probability tensor, and the summary says that too."""
+    path = ORT_DATASETS / "logreg_iris.onnx"
+    result = onnx_importer.convert(path)
+    assert not result.summary.custom and result.summary.mapped == 3
+    assert result.summary.notes == [
+        "op 'LinearClassifier' (ai.onnx.ml.LinearClassifier): 12 coefficients for 3 classes x 2 features: the first "
+        "6 are used, row-major, as onnxruntime does (onnx.reference rejects the model)",
+        "op 'ZipMap' (ai.onnx.ml.ZipMap): its output 'probabilities' (a sequence of maps) is its input tensor [3, 3], "
+        "columns in classlabels_int64s order: format v1 has no maps"]
+    graph = result.load()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for seed in range(5):
+        x = ml_feeds([3, 2], seed=seed)["x"]
+        label, maps = session.run(None, {"float_input": x})
+        got = run_reference(graph, {"float_input": x})
+        np.testing.assert_array_equal(got["label"], label)
+        np.testing.assert_allclose(got["probabilities"], as_table(maps, [0, 1, 2]), rtol=1e-6, atol=1e-7)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import operator
+import shutil
 import sys
 import textwrap
 
@@ -404,6 +405,43 @@ def test_index_scan_division_and_pool_ops_map_and_match_torch():
         compare(name, got[name], want)
 
 
+class TruncAndFmod(nn.Module):
+    """fmod, truncating division (by a tensor, a number, one-element tensors: ATen
+    rounds a half quotient by one value once, by a tensor twice), trunc, and frac
+    (which ATen lowers to ``x - trunc(x)``)."""
+
+    def forward(self, x, y, i, j):
+        return (torch.fmod(x, y), torch.fmod(x, -1.5), torch.div(x, y, rounding_mode="trunc"),
+                torch.div(x, 3, rounding_mode="trunc"), torch.div(x, y[-1:], rounding_mode="trunc"),
+                torch.div(x, y[-2], rounding_mode="trunc"), torch.trunc(x), torch.frac(x),
+                torch.fmod(i, j), torch.fmod(i, -3), torch.trunc(i))
+
+
+def assert_same_bits(name, got: np.ndarray, want: torch.Tensor):
+    """Equal value for value, NaN where torch has NaN, and zeros of the same sign."""
+    assert str(got.dtype) == str(want.dtype).removeprefix("torch."), (name, got.dtype, want.dtype)
+    w = (want.float() if want.dtype == torch.bfloat16 else want).detach().numpy().astype(np.float64)
+    g = got.astype(np.float64)
+    same = (np.isnan(g) & np.isnan(w)) | ((g == w) & (np.signbit(g) == np.signbit(w)))
+    assert same.all(), f"{name}: {g[~same][:5]} != {w[~same][:5]}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_fmod_and_truncating_division_map_to_fmod_and_trunc_bit_for_bit(dtype):
+    special = torch.tensor([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, 1e-3, 1e4, math.inf, -math.inf, math.nan])
+    a, b = (t.reshape(-1) for t in torch.meshgrid(special, special, indexing="ij"))
+    rng = torch.Generator().manual_seed(0)
+    scaled = torch.randn(2, 300, generator=rng) * 10.0 ** torch.randint(-2, 4, (2, 300), generator=rng)
+    x, y = torch.cat([a, scaled[0]]).to(dtype), torch.cat([b, scaled[1]]).to(dtype)
+    i = torch.tensor([7, -7, 7, -7, 0, -2**31, -2**31, 2**31 - 1, 5, -9], dtype=torch.int32)
+    j = torch.tensor([3, 3, -3, -3, 5, -1, 7, -2, 1, 4], dtype=torch.int32)  # torch raises on an integer 0
+    _, result, graph, got = import_and_run(TruncAndFmod(), (x, y, i, j))
+    assert not result.summary.custom, result.summary.text("import")
+    assert {"fmod", "trunc"} <= {op.kind for op in graph.ops.values()}
+    for name, want in zip(graph.outputs, TruncAndFmod()(x, y, i, j)):
+        assert_same_bits(name, got[name], want)
+
+
 def test_index_on_dims_that_are_not_adjacent_stays_custom():
     class Spread(nn.Module):
         def forward(self, x, i):
@@ -438,6 +476,57 @@ def test_guards_bounds_and_conv1d_map_and_match_torch():
     assert not result.summary.custom, result.summary.text("import")
     for name, want in zip(graph.outputs, module(*inputs)):
         compare(name, got[name], want)
+
+
+CONV3D = {  # (in channels, out channels, kernel, stride, padding, dilation, groups, bias)
+    "cube": (4, 6, 3, 1, 1, 1, 1, True),
+    "strided_dilated_grouped": (4, 6, (2, 3, 1), (2, 1, 2), (1, 0, 2), (2, 1, 1), 2, False),
+    "depthwise_pointwise": (3, 3, 1, 1, 0, 1, 3, True),
+    "depth_kernel_of_input_depth": (2, 4, (7, 1, 1), 1, 0, 1, 1, True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("key", CONV3D)
+def test_conv3d_maps_to_one_conv2d_and_matches_torch(key, dtype):
+    cin, cout, kernel, stride, padding, dilation, groups, bias = CONV3D[key]
+    torch.manual_seed(0)
+    module = nn.Conv3d(cin, cout, kernel, stride, padding, dilation, groups, bias).to(dtype)
+    inputs = (randn(2, cin, 7, 9, 8, dtype=dtype),)
+    _, result, graph, got = import_and_run(module, inputs)
+    assert not result.summary.custom, result.summary.text("import")
+    assert [op.kind for op in graph.ops.values()].count("conv2d") == 1
+    (out,) = graph.outputs
+    compare(out, got[out], module(*inputs).detach())
+
+
+class Conv3dReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(8, 16, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="g++ is not on PATH: the CUDA emulator needs it")
+def test_conv3d_fuses_its_depth_windows_into_the_conv2d_and_runs_on_the_emulator():
+    """The depth taps (pad, slices, concat, reshape, transpose) are the conv2d's
+    prologue, so no window is materialised; the result's [N, Do, O, ...] to
+    [N, O, Do, ...] transpose moves elements, so it goes with the consumer's kernel.
+    The CUDA kernels of that plan compute what torch computes."""
+    module, inputs = Conv3dReLU().half(), (randn(2, 8, 6, 10, 10, dtype=torch.float16),)
+    _, _, graph, _ = import_and_run(module, inputs)
+    kinds = {op.name: op.kind for op in graph.ops.values()}
+    plan = partition(graph, "ilp")
+    groups = [g.group for g in plan.cost.groups if g.group.compute]
+    assert sorted(g.kind for g in groups) == ["contraction", "pointwise"]
+    (conv,) = [g for g in groups if g.kind == "contraction"]
+    taps = {n for n, k in kinds.items() if k in ("pad", "slice", "concat")}
+    assert len(taps) == 5 and taps <= {op.name for op in conv.compute}
+    feeds = {"input_0": inputs[0].numpy()}
+    checks = run_and_check(plan, load_backend("cuda", emulate=True), inputs=feeds)
+    assert checks and all(c.ok for c in checks), checks
 
 
 class Routing(nn.Module):

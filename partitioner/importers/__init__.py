@@ -86,6 +86,9 @@ class Summary:
         custom: source op kind -> how many became ``custom`` ops.
         reasons: source op kind -> why the first one of that kind is custom.
         graph_ops: ops in the written graph (composites counted once).
+        notes: one line each where a mapped op's graph differs in form from the
+            source (an ONNX ZipMap's maps kept as their tensor), said so that
+            nothing changes silently.
     """
 
     source_ops: int = 0
@@ -94,9 +97,11 @@ class Summary:
     custom: Counter = field(default_factory=Counter)
     reasons: dict[str, str] = field(default_factory=dict)
     graph_ops: int = 0
+    notes: list[str] = field(default_factory=list)
 
     def text(self, label: str) -> str:
-        """The summary as printed by the importers: one line, then one line per custom kind."""
+        """The summary as printed by the importers: one line, then one line per custom
+        kind, then one line per note."""
         customs = sum(self.custom.values())
         folded = f", {self.folded} folded" if self.folded else ""
         lines = [f"{label}: {self.source_ops} source ops, {self.mapped} mapped{folded}, {customs} custom; "
@@ -104,6 +109,7 @@ class Summary:
         for kind, count in sorted(self.custom.items(), key=lambda kv: (-kv[1], kv[0])):
             reason = self.reasons.get(kind)
             lines.append(f"  custom {kind} x{count}" + (f" ({reason})" if reason else ""))
+        lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
 
 
@@ -385,6 +391,92 @@ def group_norm(b: GraphBuilder, name: str, x: str, weight: str | None, bias: str
     if bias is not None:
         y = step("shifted", "add", [y, b.op(b.fresh(name, "b"), "reshape", [bias], {"shape": channel})])
     return y
+
+
+def conv1d(b: GraphBuilder, name: str, x: str, w: str, bias: str | None, strides: Sequence[int],
+           pads: Sequence[int], dilations: Sequence[int], groups: int, dtype: str | None = None) -> str:
+    """A 1-D convolution of ``x`` [N, C, L] by ``w`` [O, C/groups, K] as one
+    ``conv2d`` over views of height 1; returns ``name``, the [N, O, Lo] result.
+
+    ``x`` is viewed as [N, C, 1, L] and ``w`` as [O, C/groups, 1, K] (reshapes, which
+    move no bytes), the conv2d has stride, padding and dilation 1, 0 and 1 along the
+    height, and its [N, O, 1, Lo] result is viewed back as [N, O, Lo]: the products,
+    sums and rounding are the 1-D convolution's. ``pads`` are ONNX's [begin, end];
+    ``dtype`` is the source's result dtype (None: the format's).
+
+    Raises:
+        Unmappable: the shapes, strides or groups are inconsistent (the loader's
+            message says how).
+    """
+    xs, ws = b.type(x).shape, b.type(w).shape
+    if len(xs) != 3 or len(ws) != 3 or len(strides) != 1 or len(pads) != 2 or len(dilations) != 1:
+        raise Unmappable(f"a 1-D convolution needs rank-3 input and weight, got {list(xs)} and {list(ws)}")
+    row = b.op(b.fresh(name, "x2d"), "reshape", [x], {"shape": [xs[0], xs[1], 1, xs[2]]})
+    kernel = b.op(b.fresh(name, "w2d"), "reshape", [w], {"shape": [ws[0], ws[1], 1, ws[2]]})
+    attrs = {"strides": [1, strides[0]], "pads": [0, pads[0], 0, pads[1]], "dilations": [1, dilations[0]],
+             "groups": groups}
+    planes = b.op(b.fresh(name, "2d"), "conv2d", [row, kernel, *([bias] if bias else [])], attrs)
+    n, o, _, length = b.type(planes).shape
+    return b.op(name, "reshape", [planes], {"shape": [n, o, length]}, [n, o, length], dtype)
+
+
+def conv3d(b: GraphBuilder, name: str, x: str, w: str, bias: str | None, strides: Sequence[int],
+           pads: Sequence[int], dilations: Sequence[int], groups: int, dtype: str | None = None) -> str:
+    """A 3-D convolution of ``x`` [N, C, D, H, W] by ``w`` [O, C/groups, kd, kh, kw]
+    as one ``conv2d``; returns ``name``, the [N, O, Do, Ho, Wo] result.
+
+    The depth axis becomes part of the GEMM, as an implicit GEMM of the 3-D
+    convolution has it: ``M = N·Do·Ho·Wo`` and ``K = C/groups·kd·kh·kw``. Depth
+    tap ``t`` of output depth ``d`` reads input depth ``d·sd + t·dd`` (of the input
+    zero-padded in depth), so the ``kd`` strided depth slices, stacked, give each
+    output depth its [C·kd, H, W] window, a conv2d input over the batch ``N·Do``
+    with the taps ordered within each channel group as the weight's [O, kd·C/g,
+    kh, kw] view orders them. Slices, concat, reshape and transpose are index
+    arithmetic: they fuse into the conv2d's operand loads (its prologue). The
+    conv2d's [N·Do, O, Ho, Wo] result is transposed to [N, O, Do, Ho, Wo]: a layout
+    op, which fuses with the result's readers, not as the conv2d's epilogue. The
+    products and the one rounding are the 3-D convolution's; only the order of the
+    float sums over ``K`` differs.
+
+    ``pads`` are ONNX's [d_begin, h_begin, w_begin, d_end, h_end, w_end]; ``dtype``
+    is the source's result dtype (None: the format's).
+
+    Raises:
+        Unmappable: the shapes, strides or groups are inconsistent (the loader's
+            message says how).
+    """
+    xs, ws = b.type(x).shape, b.type(w).shape
+    if len(xs) != 5 or len(ws) != 5 or len(strides) != 3 or len(pads) != 6 or len(dilations) != 3:
+        raise Unmappable(f"a 3-D convolution needs rank-5 input and weight, got {list(xs)} and {list(ws)}")
+    n, c, depth = xs[:3]
+    o, ci, kd = ws[:3]
+    if groups < 1 or c != ci * groups or o % groups or min(*strides, *dilations) < 1 or min(pads) < 0:
+        raise Unmappable(f"input {list(xs)}, weight {list(ws)}, groups {groups}, strides {list(strides)}, "
+                         f"dilations {list(dilations)} and pads {list(pads)} are inconsistent")
+    (sd, sh, sw), (dd, dh, dw) = strides, dilations
+    front, back = pads[0], pads[3]
+    do = (depth + front + back - dd * (kd - 1) - 1) // sd + 1
+    if do < 1:
+        raise Unmappable(f"the kernel's depth {kd} does not fit the padded input's depth {depth}")
+    if front or back:
+        x = b.op(b.fresh(name, "padded"), "pad", [x], {"pads": [0, 0, front, 0, 0, 0, 0, back, 0, 0]})
+    taps = []
+    for t in range(kd):
+        tap = b.op(b.fresh(name, f"tap{t}"), "slice", [x],
+                   {"starts": [t * dd], "ends": [t * dd + (do - 1) * sd + 1], "axes": [2], "steps": [sd]})
+        taps.append(b.op(b.fresh(name, f"tap{t}_axis"), "reshape", [tap], {"shape": [n, c, 1, do, *xs[3:]]}))
+    stacked = b.op(b.fresh(name, "taps"), "concat", taps, {"axis": 2}) if kd > 1 else taps[0]
+    grouped = b.op(b.fresh(name, "grouped"), "reshape", [stacked], {"shape": [n, groups, ci, kd, do, *xs[3:]]})
+    ordered = b.op(b.fresh(name, "ordered"), "transpose", [grouped], {"perm": [0, 4, 1, 3, 2, 5, 6]})
+    windows = b.op(b.fresh(name, "windows"), "reshape", [ordered], {"shape": [n * do, c * kd, *xs[3:]]})
+    kernel = b.op(b.fresh(name, "w_taps"), "transpose", [w], {"perm": [0, 2, 1, 3, 4]})
+    kernel = b.op(b.fresh(name, "w2d"), "reshape", [kernel], {"shape": [o, kd * ci, *ws[3:]]})
+    attrs = {"strides": [sh, sw], "pads": [pads[1], pads[2], pads[4], pads[5]], "dilations": [dh, dw],
+             "groups": groups}
+    planes = b.op(b.fresh(name, "2d"), "conv2d", [windows, kernel, *([bias] if bias else [])], attrs)
+    ho, wo = b.type(planes).shape[2:]
+    planes = b.op(b.fresh(name, "depths"), "reshape", [planes], {"shape": [n, do, o, ho, wo]})
+    return b.op(name, "transpose", [planes], {"perm": [0, 2, 1, 3, 4]}, [n, o, do, ho, wo], dtype)
 
 
 # ---------------------------------------------------------------- YAML

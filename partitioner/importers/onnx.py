@@ -10,7 +10,9 @@ any other known tensor becomes a graph input like a weight. Float initializers
 (weights) become graph inputs that keep their values.
 
 An op that has no faithful format-v1 equivalent becomes ``custom`` with its op
-type as ``kind`` (``domain.OpType`` outside the default domain).
+type as ``kind`` (``domain.OpType`` outside the default domain). Of the ai.onnx.ml
+domain, the linear models, Normalizer, Scaler, Binarizer and ZipMap are mapped too,
+where the specification's code and onnxruntime agree (the last section).
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+import ml_dtypes
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
-from ..dtypes import cast_array
+from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError, InferenceError
 from .. import onnx_semantics
 from ..graph import Graph
 from ..ops import broadcast_shapes, reshape_target
-from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, conv1d, conv3d, group_norm, report, sanitize
 
 DTYPES = {
     TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16", TensorProto.FLOAT: "float32",
@@ -303,19 +306,21 @@ class _Converter:
         if default and self._fold(node):
             self.b.count("folded")
             return
-        mark = self.b.mark()
+        mark, noted = self.b.mark(), len(self.b.summary.notes)
         try:
-            if not default or node.op_type not in _CONVERTERS:
+            converter = _CONVERTERS.get(node.op_type) if default else _ML_CONVERTERS.get((node.domain, node.op_type))
+            if converter is None:
                 raise Unmappable("")
-            results = _CONVERTERS[node.op_type](self, node)
+            results = converter(self, node)
             self.env.update(zip(node.output, results if isinstance(results, list) else [results]))
             self.b.count("mapped")
         except GraphError:
             raise
         except Exception as why:  # noqa: BLE001 - any op the converter cannot handle becomes custom, never a crash
             self.b.rollback(mark)
-            self._custom(node, kind)
+            del self.b.summary.notes[noted:]  # a note on what the node would have become
             reason = str(why) if isinstance(why, Unmappable) else f"converter failed: {type(why).__name__}: {why}"
+            self._custom(node, kind, reason)
             self.b.count("custom", kind, reason)
 
     def _fold(self, node: onnx.NodeProto) -> bool:
@@ -350,10 +355,11 @@ class _Converter:
         return (isinstance(value, _Known) and value.value is not None
                 and self.types.get(node.input[1], (None, None))[1] in DTYPES)
 
-    def _custom(self, node: onnx.NodeProto, kind: str) -> None:
+    def _custom(self, node: onnx.NodeProto, kind: str, reason: str = "") -> None:
         """One ``custom`` op per output of ``node``, each keeping the node as its
         ``onnx`` attribute (``partitioner.onnx_semantics``) where onnx.reference can
-        run it, so that a run computes its real result."""
+        run it, so that a run computes its real result. ``reason`` (why the node is
+        not mapped) ends the error for an output without a static shape."""
         inputs = list(dict.fromkeys(self.tensor(i) for i in node.input if i))
         operands = [f"x{inputs.index(self.tensor(i))}" if i else None for i in node.input]
         types = [(self.b.type(t).shape, _ELEM_TYPES[self.b.type(t).dtype]) for t in inputs]
@@ -364,8 +370,9 @@ class _Converter:
                 continue
             shape, elem_type = self.types.get(out, (None, None))
             if shape is None:
+                why = f" (not mapped: {reason})" if reason else ""
                 raise GraphError(f"{self.label}: op '{node.name or out}' ({kind}): ONNX shape inference gives "
-                                 f"no static shape for its output '{out}'; format v1 needs one for a custom op")
+                                 f"no static shape for its output '{out}'; format v1 needs one for a custom op{why}")
             dtype = self.dtype(out, elem_type)
             kept = None if _random(node) else onnx_semantics.encode(
                 node, operands, types, k, (shape, _ELEM_TYPES[dtype]), self.opsets, functions)
@@ -431,10 +438,14 @@ class _Converter:
 
     def emit(self, node: onnx.NodeProto, op: str, inputs: list, attrs: dict | None = None, out: int = 0) -> str:
         """One op for output ``out`` of ``node``, stating ONNX's shape and dtype where known."""
+        shape, dtype = self.result_type(node, out)
+        return self.b.op(self.names[node.output[out]], op, inputs, attrs, shape, dtype)
+
+    def result_type(self, node: onnx.NodeProto, out: int = 0) -> tuple[Any, str | None]:
+        """ONNX's shape and format dtype of output ``out`` of ``node`` (None where unknown)."""
         onnx_name = node.output[out]
         shape, elem_type = self.types.get(onnx_name, (None, None))
-        dtype = self.dtype(onnx_name, elem_type) if elem_type else None
-        return self.b.op(self.names[onnx_name], op, inputs, attrs, shape, dtype)
+        return shape, self.dtype(onnx_name, elem_type) if elem_type else None
 
     def helper(self, node: onnx.NodeProto, part: str, op: str, inputs: list, attrs: dict | None = None) -> str:
         """An intermediate op of a decomposition, named ``OUTPUT_part``."""
@@ -454,6 +465,12 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
 def _attr(node: onnx.NodeProto, key: str, default: Any = None) -> Any:
     value = _attrs(node).get(key, default)
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _float_attr(node: onnx.NodeProto, key: str, default: float) -> float:
+    """A float attribute; its default as ONNX states it, a float32 value (0.01 is
+    0.009999999776482582), as a stated one is."""
+    return float(_attr(node, key, np.float32(default)))
 
 
 def _folded_size(cx: _Converter, node: onnx.NodeProto, known: list[_Known], out: str) -> float:
@@ -600,20 +617,8 @@ def _rounded_down(cx: _Converter, node: onnx.NodeProto, a: str, remainder: str) 
 @_register("Mod")
 def _mod(cx: _Converter, node: onnx.NodeProto) -> str:
     """``fmod=0``: NumPy's remainder, the divisor's sign (for floats as opset 28
-    defines it). ``fmod=1``: C's fmod, the dividend's sign: for integers the
-    remainder less the divisor where it was rounded down; for floats the remainder
-    of the magnitudes, which is exact, with the dividend's sign."""
-    if not _attr(node, "fmod", 0):
-        return _elementwise("remainder")(cx, node)
-    a, b = cx.tensor(node.input[0]), cx.tensor(node.input[1])
-    if cx.dtype(node.output[0]) in _FLOATS:
-        magnitude = cx.helper(node, "mag", "remainder", [cx.helper(node, "a_abs", "abs", [a]),
-                                                         cx.helper(node, "b_abs", "abs", [b])])
-        negative = cx.helper(node, "a_neg", "lt", [a, 0])
-        return cx.emit(node, "where", [negative, cx.helper(node, "neg", "neg", [magnitude]), magnitude])
-    remainder = cx.helper(node, "rem", "remainder", [a, b])
-    corrected = cx.helper(node, "fix", "sub", [remainder, b])
-    return cx.emit(node, "where", [_rounded_down(cx, node, a, remainder), corrected, remainder])
+    defines it). ``fmod=1``: C's fmod, the dividend's sign, of integers and floats."""
+    return _elementwise("fmod" if _attr(node, "fmod", 0) else "remainder")(cx, node)
 
 
 @_register("Identity", "Dropout")
@@ -647,17 +652,398 @@ def _gelu(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("LeakyRelu")
 def _leaky_relu(cx: _Converter, node: onnx.NodeProto) -> str:
-    return cx.emit(node, "leaky_relu", [cx.tensor(node.input[0])], {"alpha": _attr(node, "alpha", 0.01)})
+    """``leaky_relu`` (x where x > 0, else ``alpha * x``), the specification's x where
+    x >= 0 for a finite alpha >= 0; another alpha would give zeros the wrong sign (or
+    NaN), so it is ``where(x < 0, alpha * x, x)``."""
+    x, alpha = cx.tensor(node.input[0]), _float_attr(node, "alpha", 0.01)
+    if math.isfinite(alpha) and alpha >= 0:
+        return cx.emit(node, "leaky_relu", [x], {"alpha": alpha})
+    scaled = cx.helper(node, "scaled", "mul", [x, alpha])
+    return cx.emit(node, "where", [cx.helper(node, "negative", "lt", [x, 0]), scaled, x])
 
 
 @_register("Clip")
 def _clip(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``clamp``; a bound computed at run time (opset 11 on) makes it ``maximum`` by
+    the lower bound, then ``minimum`` by the upper (min > max gives max, as ONNX
+    says). An absent bound of a float X is ``numeric_limits::lowest()`` or
+    ``max()``, as the specification and onnxruntime have it, of X's dtype (before
+    opset 11, of float32: the attributes' defaults): -inf becomes the largest
+    negative float (onnx.reference leaves it, clipping nothing)."""
+    x = cx.tensor(node.input[0])
+    extremes = _extremes(cx.b.type(x).dtype)
+    if extremes and cx.opset < 11:
+        extremes = _extremes("float32")
     if cx.opset < 11:
         bounds = {"min": _attr(node, "min"), "max": _attr(node, "max")}
     else:
-        bounds = {key: cx.static(node, i) for key, i in (("min", 1), ("max", 2))}
+        present = [i < len(node.input) and bool(node.input[i]) for i in (1, 2)]
+        try:
+            bounds = {key: cx.static(node, i) for key, i in (("min", 1), ("max", 2))}
+        except Unmappable:
+            steps = [(op, cx.operand(node, i) if there else extremes[k])
+                     for k, (op, i, there) in enumerate(zip(("maximum", "minimum"), (1, 2), present))
+                     if there or extremes]
+            for op, bound in steps[:-1]:
+                x = cx.helper(node, op, op, [x, bound])
+            return cx.emit(node, steps[-1][0], [x, steps[-1][1]])
         bounds = {k: (None if v is None else v.item()) for k, v in bounds.items()}
-    return cx.emit(node, "clamp", [cx.tensor(node.input[0])], {k: v for k, v in bounds.items() if v is not None})
+    if extremes:
+        bounds = {k: extremes[i] if bounds[k] is None else bounds[k] for i, k in enumerate(("min", "max"))}
+    return cx.emit(node, "clamp", [x], {k: v for k, v in bounds.items() if v is not None})
+
+
+def _extremes(dtype: str) -> tuple[float, float] | None:
+    """The finite extremes of a float dtype (``numeric_limits::lowest()``, ``max()``);
+    None for integers, whose absent bounds clip nothing."""
+    if dtype not in _FLOATS + ("float8_e4m3fn", "float8_e5m2"):
+        return None
+    info = ml_dtypes.finfo(numpy_dtype(dtype))
+    return float(info.min), float(info.max)
+
+
+# ---------------------------------------------------------------- activations and rounding
+# Each as the specification's formula, in onnxruntime's order of operations where the
+# formula leaves one open (exp(x) - 1, not expm1; the branches' edges and signed zeros
+# as onnxruntime gives them, which is the specification's). Half-precision input is
+# computed in float32 and rounded once, by the last op, as onnxruntime's kernels do.
+
+_HALF = ("float16", "bfloat16")
+
+
+def _staged(cx: _Converter, node: onnx.NodeProto, index: int = 0) -> str:
+    """Operand ``index`` as a tensor, cast to float32 when it is float16 or bfloat16:
+    a decomposition then computes in float32, and its last op, which states ONNX's
+    dtype (``emit``), rounds once."""
+    x = cx.tensor(node.input[index])
+    if cx.b.type(x).dtype in _HALF:
+        x = cx.helper(node, f"in{index}" if index else "in", "cast", [x], {"dtype": "float32"})
+    return x
+
+
+def _log1p(cx: _Converter, node: onnx.NodeProto, u: str, part: str) -> str:
+    """``log(1 + u)`` for ``u >= 0`` to a few ulps where ``1 + u`` rounds (Goldberg's
+    ``u * log(w) / (w - 1)``, ``w = 1 + u``; ``u`` itself where ``w`` rounds to 1),
+    as Eigen's vectorised ``log1p``, which onnxruntime's kernels use."""
+    w = cx.helper(node, f"{part}_w", "add", [u, 1.0])
+    ratio = cx.helper(node, f"{part}_ratio", "div", [cx.helper(node, f"{part}_log", "log", [w]),
+                                                    cx.helper(node, f"{part}_wm1", "sub", [w, 1.0])])
+    rounded = cx.helper(node, f"{part}_one", "eq", [w, 1.0])
+    return cx.helper(node, part, "where", [rounded, u, cx.helper(node, f"{part}_large", "mul", [u, ratio])])
+
+
+def _softplus_terms(cx: _Converter, node: onnx.NodeProto, x: str) -> list[str]:
+    """The two terms of ``log(1 + exp(x))`` without overflow, ``max(x, 0)`` and
+    ``log1p(exp(-|x|))``: onnxruntime's ``x + log1p(exp(-x))`` for x > 0 and
+    ``log1p(exp(x))`` otherwise (where the first term is 0)."""
+    tail = cx.helper(node, "exp", "exp", [cx.helper(node, "nabs", "neg", [cx.helper(node, "abs", "abs", [x])])])
+    return [cx.helper(node, "relu", "relu", [x]), _log1p(cx, node, tail, "log1p")]
+
+
+@_register("PRelu")
+def _prelu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``slope * x`` where x < 0, else x (zeros keep their sign). The slope broadcasts
+    to X (opset 7 on: unidirectionally); before opset 7 a slope of one element is
+    shared and one of C elements is per channel (axis 1), as PyTorch exported it."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    slope = cx.operand(node, 1)
+    if isinstance(slope, str):
+        slope_shape = cx.b.type(slope).shape
+        if cx.opset < 7 and math.prod(slope_shape) == 1:
+            slope = cx.helper(node, "slope", "reshape", [slope], {"shape": []})
+        elif cx.opset < 7:
+            if len(shape) < 2 or slope_shape != (shape[1],):
+                raise Unmappable(f"a slope of shape {list(slope_shape)} for X {list(shape)} before opset 7")
+            slope = cx.helper(node, "slope", "reshape", [slope], {"shape": [shape[1]] + [1] * (len(shape) - 2)})
+        elif len(slope_shape) > len(shape) or _broadcast(shape, slope_shape) != shape:
+            raise Unmappable(f"slope {list(slope_shape)} does not broadcast to X {list(shape)}")
+    scaled = cx.helper(node, "scaled", "mul", [x, slope])
+    return cx.emit(node, "where", [cx.helper(node, "negative", "lt", [x, 0]), scaled, x])
+
+
+@_register("Elu")
+def _elu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """x where x >= 0, else ``alpha * (exp(x) - 1)``."""
+    x = _staged(cx, node)
+    em1 = cx.helper(node, "em1", "sub", [cx.helper(node, "exp", "exp", [x]), 1.0])
+    below = cx.helper(node, "below", "mul", [em1, _float_attr(node, "alpha", 1.0)])
+    return cx.emit(node, "where", [cx.helper(node, "nonneg", "ge", [x, 0.0]), x, below])
+
+
+@_register("Selu")
+def _selu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``gamma * x`` where x > 0, else ``(gamma * alpha) * (exp(x) - 1)``, the product
+    of the attributes taken first, in the computing dtype, as onnxruntime takes it
+    (+0 at -0, the specification's ``gamma * (alpha * e^x - alpha)``)."""
+    x = _staged(cx, node)
+    alpha, gamma = _float_attr(node, "alpha", 1.6732632423543772), _float_attr(node, "gamma", 1.0507010221481323)
+    wide = cx.b.type(x).dtype == "float64"
+    scale = float(np.float64(alpha) * gamma) if wide else float(np.float32(alpha) * np.float32(gamma))
+    em1 = cx.helper(node, "em1", "sub", [cx.helper(node, "exp", "exp", [x]), 1.0])
+    return cx.emit(node, "where", [cx.helper(node, "pos", "gt", [x, 0.0]), cx.helper(node, "above", "mul", [x, gamma]),
+                                   cx.helper(node, "below", "mul", [em1, scale])])
+
+
+@_register("Celu")
+def _celu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    x = _staged(cx, node)
+    alpha = _float_attr(node, "alpha", 1.0)
+    em1 = cx.helper(node, "em1", "sub", [cx.helper(node, "exp", "exp", [cx.helper(node, "scaled", "div", [x, alpha])]),
+                                         1.0])
+    below = cx.helper(node, "below", "clamp", [cx.helper(node, "elu", "mul", [em1, alpha])], {"max": 0.0})
+    return cx.emit(node, "add", [cx.helper(node, "relu", "relu", [x]), below])
+
+
+@_register("Softplus")
+def _softplus(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``log(exp(x) + 1)`` without its overflow (x beyond 88 is x, as onnxruntime
+    gives it; onnx.reference's ``log(exp(x) + 1)`` is inf there)."""
+    return cx.emit(node, "add", _softplus_terms(cx, node, _staged(cx, node)))
+
+
+@_register("Softsign")
+def _softsign(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x / (1 + |x|)``, a true division (onnxruntime 1.32 multiplies by a reciprocal
+    estimate, an ulp off and above 1 at ±3.4e38)."""
+    x = _staged(cx, node)
+    return cx.emit(node, "div", [x, cx.helper(node, "den", "add", [cx.helper(node, "abs", "abs", [x]), 1.0])])
+
+
+def _line(cx: _Converter, node: onnx.NodeProto, x: str, alpha: float, beta: float) -> str:
+    """``alpha * x + beta``, which HardSigmoid clamps to [0, 1]."""
+    return cx.helper(node, "line", "add", [cx.helper(node, "ax", "mul", [x, alpha]), beta])
+
+
+@_register("HardSigmoid")
+def _hard_sigmoid(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``max(0, min(1, alpha * x + beta))``; NaN stays NaN."""
+    line = _line(cx, node, _staged(cx, node), _float_attr(node, "alpha", 0.2), _float_attr(node, "beta", 0.5))
+    return cx.emit(node, "clamp", [line], {"min": 0.0, "max": 1.0})
+
+
+@_register("HardSwish")
+def _hard_swish(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x * max(0, min(1, x / 6 + 0.5))`` (HardSigmoid's alpha 1/6, beta 0.5)."""
+    x = _staged(cx, node)
+    line = _line(cx, node, x, float(np.float32(1 / 6)), 0.5)
+    gate = cx.helper(node, "gate", "clamp", [line], {"min": 0.0, "max": 1.0})
+    return cx.emit(node, "mul", [x, gate])
+
+
+@_register("ThresholdedRelu")
+def _thresholded_relu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """x where x > alpha, else 0 (NaN gives 0)."""
+    x = cx.tensor(node.input[0])
+    return cx.emit(node, "where", [cx.helper(node, "above", "gt", [x, _float_attr(node, "alpha", 1.0)]), x, 0.0])
+
+
+@_register("Shrink")
+def _shrink(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x + bias`` where x < -lambd, ``x - bias`` where x > lambd, else 0 (NaN gives 0).
+    Float input only: of an integer X, onnxruntime adds the float bias in float32
+    and truncates, onnx.reference in float64, and they disagree."""
+    x = cx.tensor(node.input[0])
+    dtype = cx.b.type(x).dtype
+    if dtype not in _FLOATS:
+        raise Unmappable(f"{dtype} input: onnxruntime adds the float bias in float32, onnx.reference in float64")
+    lambd, bias = _float_attr(node, "lambd", 0.5), _float_attr(node, "bias", 0.0)
+    above = cx.helper(node, "above", "where", [cx.helper(node, "gt", "gt", [x, lambd]),
+                                               cx.helper(node, "minus", "sub", [x, bias]), 0.0])
+    return cx.emit(node, "where", [cx.helper(node, "lt", "lt", [x, -lambd]), cx.helper(node, "plus", "add", [x, bias]),
+                                   above])
+
+
+@_register("Mish")
+def _mish(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x * tanh(softplus(x))``, softplus as Softplus maps."""
+    x = _staged(cx, node)
+    softplus = cx.helper(node, "softplus", "add", _softplus_terms(cx, node, x))
+    return cx.emit(node, "mul", [x, cx.helper(node, "tanh", "tanh", [softplus])])
+
+
+@_register("Sign")
+def _sign(cx: _Converter, node: onnx.NodeProto) -> str:
+    """1 where x > 0, -1 where x < 0, else 0; of floats, NaN stays NaN and -0 gives +0
+    (NumPy's sign, and onnxruntime's)."""
+    x = cx.tensor(node.input[0])
+    dtype = cx.b.type(x).dtype
+    rest = x
+    if dtype in _FLOATS + ("float8_e4m3fn", "float8_e5m2"):
+        rest = cx.helper(node, "zero", "where", [cx.helper(node, "is_zero", "eq", [x, 0]), 0.0, x])
+    if not dtype.startswith("uint"):
+        rest = cx.helper(node, "negative", "where", [cx.helper(node, "lt", "lt", [x, 0]), -1, rest])
+    return cx.emit(node, "where", [cx.helper(node, "gt", "gt", [x, 0]), 1, rest])
+
+
+@_register("Floor", "Ceil")
+def _floor_ceil(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``trunc(x)``, one less where x is below it (Floor) or one more where above it
+    (Ceil). Exact: a value with a fraction is below 2^(mantissa bits), where its
+    truncation +- 1 is exact; zeros keep their sign, inf and NaN themselves."""
+    x = cx.tensor(node.input[0])
+    t = cx.helper(node, "trunc", "trunc", [x])
+    test, step = ("lt", "sub") if node.op_type == "Floor" else ("gt", "add")
+    return cx.emit(node, "where", [cx.helper(node, "off", test, [x, t]), cx.helper(node, "step", step, [t, 1]), t])
+
+
+@_register("Round")
+def _round(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Half to even, exactly: ``t = trunc(x)`` moves one away from zero where the
+    fraction ``|x - t|`` exceeds 1/2, or equals it and t is odd. The fraction, t and
+    t +- 1 are exact; zeros keep their sign (-0.4 and -0.5 give -0), inf and NaN
+    themselves."""
+    x = cx.tensor(node.input[0])
+    t = cx.helper(node, "trunc", "trunc", [x])
+    frac = cx.helper(node, "frac", "abs", [cx.helper(node, "diff", "sub", [x, t])])
+    odd = cx.helper(node, "odd", "ne", [cx.helper(node, "parity", "fmod", [t, 2]), 0])
+    half_odd = cx.helper(node, "tie", "logical_and", [cx.helper(node, "half", "eq", [frac, 0.5]), odd])
+    away = cx.helper(node, "away", "logical_or", [cx.helper(node, "above", "gt", [frac, 0.5]), half_odd])
+    outward = cx.helper(node, "outward", "where", [cx.helper(node, "negative", "lt", [x, 0]),
+                                                   cx.helper(node, "down", "sub", [t, 1]),
+                                                   cx.helper(node, "up", "add", [t, 1])])
+    return cx.emit(node, "where", [away, outward, t])
+
+
+@_register("IsInf")
+def _is_inf(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x == inf`` and/or ``x == -inf`` as ``detect_positive``/``detect_negative`` ask."""
+    x = cx.tensor(node.input[0])
+    positive, negative = _attr(node, "detect_positive", 1), _attr(node, "detect_negative", 1)
+    if positive and negative:
+        return cx.emit(node, "eq", [cx.helper(node, "abs", "abs", [x]), math.inf])
+    if positive or negative:
+        return cx.emit(node, "eq", [x, math.inf if positive else -math.inf])
+    return cx.b.filled(cx.names[node.output[0]], cx.b.type(x).shape, "bool", False)
+
+
+@_register("IsNaN")
+def _is_nan(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x != x``: true for NaN alone."""
+    x = cx.tensor(node.input[0])
+    return cx.emit(node, "ne", [x, x])
+
+
+@_register("Xor")
+def _xor(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Of bools, ``a != b`` (broadcasting)."""
+    return cx.emit(node, "ne", [cx.tensor(node.input[0]), cx.tensor(node.input[1])])
+
+
+def _offsets(cx: _Converter, node: onnx.NodeProto, rows: int, cols: int) -> str:
+    """``column - row`` of a [rows, cols] matrix (int64), from two ``arange`` views."""
+    row = cx.helper(node, "row", "reshape", [cx.helper(node, "rows", "arange", [], {"start": 0, "limit": rows})],
+                    {"shape": [rows, 1]})
+    col = cx.helper(node, "col", "reshape", [cx.helper(node, "cols", "arange", [], {"start": 0, "limit": cols})],
+                    {"shape": [1, cols]})
+    return cx.helper(node, "offset", "sub", [col, row])
+
+
+@_register("Trilu")
+def _trilu(cx: _Converter, node: onnx.NodeProto) -> str:
+    """The upper (``upper=1``) or lower triangle of the last two axes, from diagonal k
+    (a known operand, default 0): X where column - row >= k (upper) or <= k (lower),
+    else 0; the row and column indices are ``arange``s, so the mask is elementwise."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    if len(shape) < 2:
+        raise Unmappable(f"Trilu needs rank 2 or more, got {list(shape)}")
+    k = cx.static(node, 1)
+    k = 0 if k is None else int(k.reshape(()))
+    keep = cx.helper(node, "keep", "ge" if _attr(node, "upper", 1) else "le", [_offsets(cx, node, *shape[-2:]), k])
+    if cx.b.type(x).dtype == "bool":
+        return cx.emit(node, "logical_and", [x, keep])
+    return cx.emit(node, "where", [keep, x, 0])
+
+
+@_register("GatherElements")
+def _gather_elements(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``data[..., indices[i], ...]`` along ``axis`` at every position i of
+    ``indices``: one ``gather`` from data viewed flat, at the linear index
+    ``sum(coordinate_k * stride_k)``, the coordinate along ``axis`` the index (a
+    negative one counts from the end), the others ``arange``s over indices' axes.
+    An index out of range fails the run, as in onnxruntime."""
+    data, indices = cx.tensor(node.input[0]), cx.tensor(node.input[1])
+    shape, where = cx.b.type(data).shape, cx.b.type(indices).shape
+    rank = len(shape)
+    if rank == 0 or len(where) != rank:
+        raise Unmappable(f"indices {list(where)} of another rank than data {list(shape)}")
+    axis = _attr(node, "axis", 0) % rank
+    if any(w > d for k, (w, d) in enumerate(zip(where, shape)) if k != axis):
+        raise Unmappable(f"indices {list(where)} exceed data {list(shape)} off axis {axis}")
+    if cx.b.type(indices).dtype != "int64":
+        indices = cx.helper(node, "i64", "cast", [indices], {"dtype": "int64"})
+    negative = cx.helper(node, "negative", "lt", [indices, 0])
+    total = cx.helper(node, "wrapped", "where", [negative, cx.helper(node, "up", "add", [indices, shape[axis]]),
+                                                  indices])
+    strides = [math.prod(shape[k + 1:]) for k in range(rank)]
+    if strides[axis] != 1:
+        total = cx.helper(node, "scaled", "mul", [total, strides[axis]])
+    for k in range(rank):
+        if k == axis or where[k] == 1:
+            continue
+        along = cx.helper(node, f"a{k}", "arange", [], {"start": 0, "limit": where[k] * strides[k],
+                                                       "delta": strides[k]})
+        view = [1] * rank
+        view[k] = where[k]
+        total = cx.helper(node, f"sum{k}", "add", [total, cx.helper(node, f"c{k}", "reshape", [along],
+                                                                      {"shape": view})])
+    # an index outside [-size, size) reads past the end, so that the run fails
+    valid = cx.helper(node, "valid", "logical_and", [cx.helper(node, "above", "ge", [indices, -shape[axis]]),
+                                                     cx.helper(node, "below", "lt", [indices, shape[axis]])])
+    total = cx.helper(node, "index", "where", [valid, total, math.prod(shape)])
+    flat = cx.helper(node, "flat", "reshape", [data], {"shape": [math.prod(shape)]})
+    return cx.emit(node, "gather", [flat, total], {"axis": 0})
+
+
+@_register("DepthToSpace", "SpaceToDepth")
+def _depth_space(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Views and one transpose: DepthToSpace [N, C, H, W] -> [N, C/b², H·b, W·b]
+    (``mode`` DCR: the depth as [b, b, C/b²]; CRD: as [C/b², b, b]); SpaceToDepth
+    the inverse, of either mode (its ``mode``, opset 28)."""
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    b = _attr(node, "blocksize")
+    if len(shape) != 4 or not b or b < 1:
+        raise Unmappable(f"{node.op_type} of a {list(shape)} tensor, blocksize {b}")
+    n, c, h, w = shape
+    if node.op_type == "SpaceToDepth":
+        if h % b or w % b:
+            raise Unmappable(f"blocksize {b} does not divide {h} x {w}")
+        perm = [0, 1, 3, 5, 2, 4] if _attr(node, "mode", "DCR") == "CRD" else [0, 3, 5, 1, 2, 4]
+        split, out = [n, c, h // b, b, w // b, b], [n, c * b * b, h // b, w // b]
+    else:
+        if c % (b * b):
+            raise Unmappable(f"blocksize {b} squared does not divide {c} channels")
+        if _attr(node, "mode", "DCR") == "CRD":
+            split, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
+        else:
+            split, perm = [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
+        out = [n, c // (b * b), h * b, w * b]
+    blocks = cx.helper(node, "blocks", "reshape", [x], {"shape": split})
+    moved = cx.helper(node, "moved", "transpose", [blocks], {"perm": perm})
+    return _reshape_to(cx, node, out, moved)
+
+
+@_register("EyeLike")
+def _eye_like(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Ones on diagonal k of a 2-D result of X's shape, zeros elsewhere (it reads X's
+    static shape only): ``column - row == k`` of two ``arange``s, cast to the dtype."""
+    shape = cx.shape(node.input[0])
+    if len(shape) != 2:
+        raise Unmappable(f"EyeLike of a rank-{len(shape)} tensor")
+    diagonal = cx.helper(node, "diagonal", "eq", [_offsets(cx, node, *shape), _attr(node, "k", 0)])
+    return cx.emit(node, "cast", [diagonal], {"dtype": cx.dtype(node.output[0])})
+
+
+@_register("Swish")
+def _swish(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``x * sigmoid(alpha * x)`` (opset 24)."""
+    x = _staged(cx, node)
+    alpha = _float_attr(node, "alpha", 1.0)
+    scaled = x if alpha == 1.0 else cx.helper(node, "scaled", "mul", [x, alpha])
+    return cx.emit(node, "mul", [x, cx.helper(node, "sigmoid", "sigmoid", [scaled])])
 
 
 # The largest finite value of each 8-bit float (ml_dtypes' finfo): where ONNX's Cast saturates.
@@ -705,6 +1091,39 @@ def _reduce(cx: _Converter, node: onnx.NodeProto) -> str:
     op = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",
           "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod"}[node.op_type]
     return cx.emit(node, op, [x], {"keepdims": keepdims} if axes is None else {"axes": list(axes), "keepdims": keepdims})
+
+
+# ReduceL1 L2 SumSquare LogSum: the elementwise op before the sum and the one after it
+_NORM_REDUCTIONS = {"ReduceL1": ("abs", None), "ReduceL2": ("square", "sqrt"), "ReduceSumSquare": ("square", None),
+                    "ReduceLogSum": (None, "log")}
+
+
+@_register(*_NORM_REDUCTIONS)
+def _norm_reduce(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``reduce_sum`` between elementwise ops: of ``|x|`` (L1), of ``x * x`` and its
+    ``sqrt`` (L2), of ``x * x`` (SumSquare), its ``log`` (LogSum); axes as ReduceSum
+    takes them (an operand from opset 18). Half input is computed in float32 and
+    rounded once; integer L2 and LogSum, and an empty ``axes`` with
+    ``noop_with_empty_axes`` (whether X is still squared is not said), are custom."""
+    before, after = _NORM_REDUCTIONS[node.op_type]
+    x = _staged(cx, node)
+    dtype = cx.b.type(x).dtype
+    if after is not None and dtype not in _FLOATS:
+        raise Unmappable(f"{node.op_type} of {dtype}")
+    if cx.opset >= 18:
+        axes = cx.static(node, 1)
+        axes = None if axes is None else [int(a) for a in axes.ravel()]
+    else:
+        axes = _attr(node, "axes")
+    if not axes and _attr(node, "noop_with_empty_axes", 0):
+        raise Unmappable("noop_with_empty_axes with no axes")
+    attrs = {"keepdims": bool(_attr(node, "keepdims", 1))}
+    if axes:
+        attrs["axes"] = list(axes)
+    terms = cx.helper(node, before, before, [x]) if before else x
+    if after is None:
+        return cx.emit(node, "reduce_sum", [terms], attrs)
+    return cx.emit(node, after, [cx.helper(node, "sum", "reduce_sum", [terms], attrs)])
 
 
 @_register("ArgMax", "ArgMin")
@@ -879,13 +1298,22 @@ def _same_pads(cx: _Converter, node: onnx.NodeProto, size: tuple[int, ...], kern
 def _conv(cx: _Converter, node: onnx.NodeProto) -> str:
     x, w = cx.tensor(node.input[0]), cx.tensor(node.input[1])
     xs, ws = cx.b.type(x).shape, cx.b.type(w).shape
-    if len(xs) != 4:
-        raise Unmappable(f"only 2-D convolutions map to conv2d (input rank {len(xs)})")
-    strides, dilations = list(_attr(node, "strides", [1, 1])), list(_attr(node, "dilations", [1, 1]))
-    attrs = {"strides": strides, "pads": _same_pads(cx, node, xs[2:], list(ws[2:]), strides, dilations),
-             "dilations": dilations, "groups": _attr(node, "group", 1)}
-    inputs = [x, w] + ([cx.tensor(node.input[2])] if len(node.input) > 2 and node.input[2] else [])
-    return cx.emit(node, "conv2d", inputs, attrs)
+    if len(xs) not in (3, 4, 5):
+        raise Unmappable(f"only 1-D, 2-D and 3-D convolutions map to conv2d (input rank {len(xs)})")
+    spatial = len(xs) - 2
+    strides, dilations = list(_attr(node, "strides", [1] * spatial)), list(_attr(node, "dilations", [1] * spatial))
+    pads = _same_pads(cx, node, xs[2:], list(ws[2:]), strides, dilations)
+    bias = [cx.tensor(node.input[2])] if len(node.input) > 2 and node.input[2] else []
+    if spatial != 2:
+        lowering = conv1d if spatial == 1 else conv3d
+        shape, dtype = cx.result_type(node)
+        y = lowering(cx.b, cx.names[node.output[0]], x, w, bias[0] if bias else None, strides, pads, dilations,
+                     _attr(node, "group", 1), dtype)
+        if shape is not None and tuple(shape) != cx.b.type(y).shape:
+            raise Unmappable(f"stated shape {list(shape)} disagrees with the inferred shape {list(cx.b.type(y).shape)}")
+        return y
+    attrs = {"strides": strides, "pads": pads, "dilations": dilations, "groups": _attr(node, "group", 1)}
+    return cx.emit(node, "conv2d", [x, w, *bias], attrs)
 
 
 @_register("MaxPool")
@@ -984,10 +1412,34 @@ def _axes_of(cx: _Converter, node: onnx.NodeProto) -> list[int] | None:
     return _attr(node, "axes")
 
 
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """NumPy's broadcast of two shapes, None where they do not broadcast."""
+    try:
+        return broadcast_shapes([tuple(a), tuple(b)])
+    except InferenceError:
+        return None
+
+
+def _stated(cx: _Converter, node: onnx.NodeProto, why: Unmappable, out: int = 0) -> tuple[int, ...]:
+    """ONNX's static shape of output ``out`` (inferred, or the model's stated one), for
+    an op whose operand that gives its shape is computed at run time (``why``, raised
+    again where there is none): the result's shape then fixes its value, as for
+    Reshape, Unsqueeze, Squeeze, Expand, Tile, Split and ConstantOfShape."""
+    shape = cx.types.get(node.output[out], (None,))[0]
+    if shape is None:
+        raise why
+    return tuple(shape)
+
+
 @_register("Unsqueeze")
 def _unsqueeze(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Unsqueeze and Squeeze are views; axes computed at run time take the result's
+    static shape."""
     shape = list(cx.shape(node.input[0]))
-    axes = _axes_of(cx, node)
+    try:
+        axes = _axes_of(cx, node)
+    except Unmappable as why:
+        return _reshape_to(cx, node, list(_stated(cx, node, why)))
     rank = len(shape) + len(axes)
     for axis in sorted(a % rank for a in axes):
         shape.insert(axis, 1)
@@ -997,16 +1449,27 @@ def _unsqueeze(cx: _Converter, node: onnx.NodeProto) -> str:
 @_register("Squeeze")
 def _squeeze(cx: _Converter, node: onnx.NodeProto) -> str:
     shape = cx.shape(node.input[0])
-    axes = _axes_of(cx, node)
+    try:
+        axes = _axes_of(cx, node)
+    except Unmappable as why:
+        return _reshape_to(cx, node, list(_stated(cx, node, why)))
     drop = {i for i, d in enumerate(shape) if d == 1} if axes is None else {a % len(shape) for a in axes}
     return _reshape_to(cx, node, [d for i, d in enumerate(shape) if i not in drop])
 
 
 @_register("Expand")
 def _expand(cx: _Converter, node: onnx.NodeProto) -> str:
-    """Bidirectional broadcasting: the result takes the larger size on every axis."""
+    """Bidirectional broadcasting: the result takes the larger size on every axis. A
+    shape operand computed at run time takes ONNX's inferred (or the model's stated)
+    result shape, as Reshape does: the result is X broadcast to it."""
     x = cx.tensor(node.input[0])
-    target = broadcast_shapes([cx.b.type(x).shape, tuple(int(d) for d in cx.static(node, 1))])
+    shape = cx.b.type(x).shape
+    try:
+        target = broadcast_shapes([shape, tuple(int(d) for d in cx.static(node, 1))])
+    except Unmappable as why:
+        target = _stated(cx, node, why)
+        if len(shape) > len(target) or _broadcast(shape, target) != target:
+            raise Unmappable(f"X {list(shape)} does not broadcast to the stated result shape {list(target)}") from None
     return cx.emit(node, "broadcast_to", [x], {"shape": list(target)})
 
 
@@ -1032,16 +1495,21 @@ def _concat(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("Pad")
 def _pad(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Constant padding is ``pad``. ``reflect``, ``edge`` and ``wrap`` (opset 19) are,
+    axis by axis, a ``concat`` of X with slices of it: mirrored without the edge
+    (a step of -1), the edge element broadcast, or the far end, each at most as long
+    as the axis (longer reflections are custom); no arithmetic, so exact."""
     mode = _attr(node, "mode", "constant")
-    if mode != "constant":
-        raise Unmappable(f"Pad mode '{mode}' (only constant padding maps to pad)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise Unmappable(f"Pad mode '{mode}'")
     x = cx.tensor(node.input[0])
-    rank = len(cx.b.type(x).shape)
+    shape = cx.b.type(x).shape
+    rank = len(shape)
     if cx.opset < 11:
         pads, value, axes = list(_attr(node, "pads")), _attr(node, "value", 0.0), None
     else:
         pads = [int(p) for p in cx.static(node, 1)]
-        value = cx.static(node, 2)
+        value = cx.static(node, 2) if mode == "constant" else None
         value = 0 if value is None else value.item()
         axes = cx.static(node, 3)
     if axes is not None:  # opset 18: pads for the listed axes only
@@ -1049,7 +1517,47 @@ def _pad(cx: _Converter, node: onnx.NodeProto) -> str:
         for i, axis in enumerate(int(a) % rank for a in axes):
             full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
         pads = full
-    return cx.emit(node, "pad", [x], {"pads": pads, "value": value})
+    if mode == "constant":
+        return cx.emit(node, "pad", [x], {"pads": pads, "value": value})
+    if min(pads, default=0) < 0:
+        raise Unmappable(f"negative pads {pads} in mode '{mode}'")
+    padded = [a for a in range(rank) if pads[a] or pads[a + rank]]
+    for k, axis in enumerate(padded):
+        x = _pad_axis(cx, node, x, axis, pads[axis], pads[axis + rank], mode, k == len(padded) - 1)
+    return x if padded else _reshape_to(cx, node, list(shape), x)
+
+
+def _pad_axis(cx: _Converter, node: onnx.NodeProto, x: str, axis: int, before: int, after: int, mode: str,
+              last: bool) -> str:
+    """``x`` padded along ``axis`` in ``mode`` (reflect, edge, wrap); ``last``: the
+    node's result."""
+    size = cx.b.type(x).shape[axis]
+    longest = size - 1 if mode == "reflect" else size if mode == "wrap" else math.inf
+    if size == 0 or max(before, after) > longest:
+        raise Unmappable(f"{mode} padding of {max(before, after)} along an axis of {size}")
+
+    def cut(part: str, start: int, end: int, step: int = 1) -> str:
+        return cx.helper(node, f"{part}{axis}", "slice", [x], {"starts": [start], "ends": [end], "axes": [axis],
+                                                               "steps": [step]})
+
+    def edge(part: str, index: int, count: int) -> str:
+        target = list(cx.b.type(x).shape)
+        target[axis] = count
+        return cx.helper(node, f"{part}{axis}", "broadcast_to", [cut(f"{part}_at", index, index + 1)],
+                         {"shape": target})
+
+    parts = [x]
+    if before:
+        parts.insert(0, cut("head", before, 0, -1) if mode == "reflect" else edge("head", 0, before) if mode == "edge"
+                     else cut("head", size - before, size))
+    if after:
+        # a negative end past -size means "before index 0" for a step of -1
+        end = size - 2 - after if size - 2 - after >= 0 else -size - 1
+        parts.append(cut("tail", size - 2, end, -1) if mode == "reflect" else edge("tail", size - 1, after)
+                     if mode == "edge" else cut("tail", 0, after))
+    if last:
+        return cx.emit(node, "concat", parts, {"axis": axis})
+    return cx.helper(node, f"axis{axis}", "concat", parts, {"axis": axis})
 
 
 @_register("Gather")
@@ -1069,11 +1577,18 @@ def _gather(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("Split")
 def _split(cx: _Converter, node: onnx.NodeProto) -> list[str]:
+    """A slice per output; sizes computed at run time are the outputs' static sizes
+    along the axis."""
     x = cx.tensor(node.input[0])
     shape = cx.b.type(x).shape
     axis = _attr(node, "axis", 0) % len(shape)
-    sizes = _attr(node, "split") if cx.opset < 13 else cx.static(node, 1)
     outputs = len(node.output)
+    try:
+        sizes = _attr(node, "split") if cx.opset < 13 else cx.static(node, 1)
+    except Unmappable as why:
+        sizes = [_stated(cx, node, why, i)[axis] for i in range(outputs)]
+        if sum(sizes) != shape[axis]:
+            raise Unmappable(f"the stated parts {sizes} do not add up to the axis' {shape[axis]}") from None
     if sizes is None:  # equal parts, the last one smaller (opset 18's num_outputs)
         part = math.ceil(shape[axis] / outputs)
         sizes = [min(part, shape[axis] - i * part) for i in range(outputs)]
@@ -1086,10 +1601,17 @@ def _split(cx: _Converter, node: onnx.NodeProto) -> list[str]:
 @_register("Tile")
 def _tile(cx: _Converter, node: onnx.NodeProto) -> str:
     """A size-1 axis before each repeated axis, broadcast to the repeat count, then
-    merged into it: [a, b] by [2, 3] is [1, a, 1, b] -> [2, a, 3, b] -> [2a, 3b]."""
+    merged into it: [a, b] by [2, 3] is [1, a, 1, b] -> [2, a, 3, b] -> [2a, 3b].
+    Repeats computed at run time are the result's static shape over X's."""
     x = cx.tensor(node.input[0])
     shape = cx.b.type(x).shape
-    repeats = [int(r) for r in cx.static(node, 1).ravel()]
+    try:
+        repeats = [int(r) for r in cx.static(node, 1).ravel()]
+    except Unmappable as why:
+        out = _stated(cx, node, why)
+        if len(out) != len(shape) or any(n and d % n for d, n in zip(out, shape)):
+            raise Unmappable(f"the stated result {list(out)} is no tiling of X {list(shape)}") from None
+        repeats = [d // n if n else 1 for d, n in zip(out, shape)]
     if len(repeats) != len(shape) or min(repeats, default=0) < 0:
         raise Unmappable(f"repeats {repeats} for a rank-{len(shape)} tensor")
     if all(r == 1 for r in repeats):
@@ -1107,8 +1629,12 @@ def _tile(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("ConstantOfShape")
 def _constant_of_shape(cx: _Converter, node: onnx.NodeProto) -> str:
-    """A one-element constant broadcast to the static shape."""
-    shape = [int(d) for d in cx.static(node, 0).ravel()]
+    """A one-element constant broadcast to the static shape (a shape computed at run
+    time: the result's static shape)."""
+    try:
+        shape = [int(d) for d in cx.static(node, 0).ravel()]
+    except Unmappable as why:
+        shape = list(_stated(cx, node, why))
     value = _attrs(node).get("value")
     fill = np.zeros((), np.float32) if value is None else numpy_helper.to_array(value).reshape(())
     return cx.b.filled(cx.names[node.output[0]], shape, cx.dtype(node.output[0]), fill)
@@ -1136,3 +1662,228 @@ def _cumsum(cx: _Converter, node: onnx.NodeProto) -> str:
     attrs = {"axis": int(axis.item()), "exclusive": bool(_attr(node, "exclusive", 0)),
              "reverse": bool(_attr(node, "reverse", 0))}
     return cx.emit(node, "cumsum", [cx.tensor(node.input[0])], attrs)
+
+
+# ---------------------------------------------------------------- ai.onnx.ml: linear models, preprocessing, ZipMap
+# Each op as the ai.onnx.ml specification and its code (onnx.reference.ops.aionnxml)
+# define it, where onnxruntime computes the same. Where the two disagree the op is
+# custom (its kept node runs onnx.reference's code) and the summary says why;
+# attributes that no runtime computes a defined result from are a one-line error.
+
+_ML_CONVERTERS: dict[tuple[str, str], Converter] = {}
+
+
+def _register_ml(*op_types: str):
+    def wrap(fn: Converter) -> Converter:
+        for op_type in op_types:
+            _ML_CONVERTERS["ai.onnx.ml", op_type] = fn
+        return fn
+
+    return wrap
+
+
+def _malformed(cx: _Converter, node: onnx.NodeProto, problem: str) -> GraphError:
+    """The one-line error for a node whose attributes define no result."""
+    return GraphError(f"{cx.label}: op '{node.name or node.output[0]}' ({node.domain}.{node.op_type}): {problem}")
+
+
+def _note(cx: _Converter, node: onnx.NodeProto, text: str) -> None:
+    """One line in the import summary about what ``node`` became."""
+    cx.b.summary.notes.append(f"op '{node.name or node.output[0]}' ({node.domain}.{node.op_type}): {text}")
+
+
+def _ml_constant(cx: _Converter, node: onnx.NodeProto, part: str, values: np.ndarray) -> str:
+    """Attribute values as a constant graph input named ``OUTPUT_part``."""
+    return cx.b.add_input(cx.b.fresh(cx.names[node.output[0]], part), values.shape, str(values.dtype), values)
+
+
+def _features(cx: _Converter, node: onnx.NodeProto, ranks: tuple[int, ...]) -> str:
+    """X in float32, cast first as onnxruntime casts it (these ops compute and give float).
+
+    Raises:
+        Unmappable: X's rank is not one of ``ranks``.
+    """
+    x = cx.tensor(node.input[0])
+    xt = cx.b.type(x)
+    if len(xt.shape) not in ranks:
+        raise Unmappable(f"input of rank {len(xt.shape)} (rank {' or '.join(map(str, ranks))} maps)")
+    return x if xt.dtype == "float32" else cx.helper(node, "x", "cast", [x], {"dtype": "float32"})
+
+
+def _coefficients(cx: _Converter, node: onnx.NodeProto, rows: int, features: int, what: str) -> str:
+    """``coefficients`` as a [features, rows] constant: the first rows x features
+    values, row-major, as onnxruntime's GEMM reads them. More values are ignored and
+    the summary says so (onnx.reference rejects such a model); fewer are an error
+    (onnxruntime would read past them)."""
+    values = np.asarray(_attr(node, "coefficients", []), np.float32)
+    size = rows * features
+    if values.size < size:
+        raise _malformed(cx, node, f"{values.size} coefficients for {rows} {what} x {features} features")
+    if values.size > size:
+        _note(cx, node, f"{values.size} coefficients for {rows} {what} x {features} features: the first {size} "
+                        "are used, row-major, as onnxruntime does (onnx.reference rejects the model)")
+    return _ml_constant(cx, node, "coefficients", np.ascontiguousarray(values[:size].reshape(rows, features).T))
+
+
+def _linear(cx: _Converter, node: onnx.NodeProto, x: str, rows: int, intercepts: list[float], what: str,
+            out: int | None) -> str:
+    """``x @ coefficients^T + intercepts`` [N, rows]: output ``out`` of ``node``, or
+    the intermediate ``OUTPUT_scores`` when ``out`` is None."""
+    w = _coefficients(cx, node, rows, cx.b.type(x).shape[1], what)
+    if intercepts:
+        b = _ml_constant(cx, node, "intercepts", np.asarray(intercepts, np.float32))
+        op, inputs = "add", [cx.helper(node, "mm", "matmul", [x, w]), b]
+    else:
+        op, inputs = "matmul", [x, w]
+    return cx.helper(node, "scores", op, inputs) if out is None else cx.emit(node, op, inputs, out=out)
+
+
+# post_transform -> the format op and attributes that compute it
+_POST_TRANSFORMS = {"NONE": None, "LOGISTIC": ("sigmoid", {}), "SOFTMAX": ("softmax", {"axis": -1})}
+# Why the others are custom: onnxruntime and onnx.reference compute them differently.
+_DISPUTED_TRANSFORMS = {
+    "SOFTMAX_ZERO": "onnxruntime and onnx.reference disagree on SOFTMAX_ZERO: its sum (near-zero scores left out "
+                    "or not) and its label (the argmax of the raw or of the transformed scores)",
+    "PROBIT": "onnxruntime and onnx.reference disagree on PROBIT: at a score of 0 or 1 (+-inf or 0) and on the "
+              "label (onnx.reference takes the argmax of the NaN probits of scores outside (0, 1))",
+}
+
+
+@_register_ml("LinearClassifier")
+def _linear_classifier(cx: _Converter, node: onnx.NodeProto) -> list[str]:
+    """``scores = X @ coefficients^T + intercepts`` [N, classes] (onnxruntime's class
+    count: the number of intercepts), the post_transform of them (NONE, LOGISTIC,
+    SOFTMAX), and the label ``classlabels_ints[argmax]`` of the raw scores, as
+    onnxruntime takes it (onnx.reference takes it after the transform: the same
+    class unless the transform rounds two scores to one value, as LOGISTIC does
+    above 17). One class score with two labels is the binary case: the scores are
+    the pair ``[-s, s]``, as onnx.reference makes them (so the label is
+    ``classlabels_ints[s > 0]``, onnxruntime's), mapped for LOGISTIC only, where
+    onnxruntime's ``[1 - p, p]`` are the same probabilities."""
+    post = _attr(node, "post_transform", "NONE")
+    labels = list(_attr(node, "classlabels_ints", []))
+    intercepts = list(_attr(node, "intercepts", []))
+    classes = len(intercepts)
+    if _attr(node, "classlabels_strings"):
+        raise Unmappable("classlabels_strings: format v1 has no string tensors")
+    if post not in _POST_TRANSFORMS:
+        raise Unmappable(_DISPUTED_TRANSFORMS.get(post, f"post_transform '{post}'"))
+    binary = classes == 1
+    if binary and len(labels) != 2:
+        raise Unmappable("one class score without two labels: onnxruntime and onnx.reference label it differently")
+    if binary and post != "LOGISTIC":
+        raise Unmappable(f"binary scores with post_transform {post}: onnxruntime gives [1 - s, s], "
+                         "onnx.reference the transform of [-s, s]")
+    if not binary and (not classes or len(labels) != classes):
+        raise _malformed(cx, node, f"{len(labels)} class labels for {classes} intercepts")
+    direct = post == "NONE"  # the scores are output Z
+    scores = _linear(cx, node, _features(cx, node, (2,)), classes, intercepts, "classes", 1 if direct else None)
+    if binary:
+        scores = cx.helper(node, "pair", "concat", [cx.helper(node, "neg", "neg", [scores]), scores], {"axis": 1})
+    z = scores
+    if not direct:
+        op, attrs = _POST_TRANSFORMS[post]
+        z = cx.emit(node, op, [scores], attrs, out=1)
+    return [_class_label(cx, node, scores, labels), z]
+
+
+def _class_label(cx: _Converter, node: onnx.NodeProto, scores: str, labels: list[int]) -> str:
+    """``labels[argmax(scores)]`` (the first of equal scores, as onnxruntime): the
+    argmax itself where the labels are 0, 1, ..., else a gather from them."""
+    attrs = {"axes": [1], "keepdims": False}
+    if labels == list(range(len(labels))):
+        return cx.emit(node, "argmax", [scores], attrs)
+    index = cx.helper(node, "argmax", "argmax", [scores], attrs)
+    return cx.emit(node, "gather", [_ml_constant(cx, node, "labels", np.asarray(labels, np.int64)), index], {"axis": 0})
+
+
+@_register_ml("LinearRegressor")
+def _linear_regressor(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``X @ coefficients^T + intercepts`` [N, targets]. Float input only
+    (onnxruntime's only kernel; onnx.reference rounds the coefficients to an integer
+    input's type), post_transform NONE only (the only one onnx.reference computes)."""
+    post = _attr(node, "post_transform", "NONE")
+    targets, intercepts = _attr(node, "targets", 1), list(_attr(node, "intercepts", []))
+    if post != "NONE":
+        raise Unmappable(f"post_transform {post}: onnx.reference computes only NONE")
+    if intercepts and len(intercepts) != targets:
+        raise Unmappable(f"{len(intercepts)} intercepts for {targets} targets: onnxruntime ignores them, "
+                         "onnx.reference broadcasts them")
+    dtype = cx.b.type(cx.tensor(node.input[0])).dtype
+    if dtype != "float32":
+        raise Unmappable(f"{dtype} input: onnxruntime runs LinearRegressor on float only")
+    return _linear(cx, node, _features(cx, node, (2,)), targets, intercepts, "targets", 0)
+
+
+# norm -> the reduction of each row and the op before it
+_NORMS = {"MAX": ("reduce_max", None), "L1": ("reduce_sum", "abs"), "L2": ("reduce_sum", "square")}
+
+
+@_register_ml("Normalizer")
+def _normalizer(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Each row (the last axis of [N, C] or [C]) divided by its norm z: MAX the
+    largest value (the specification's ``max(x_i)``, as onnxruntime; onnx.reference
+    takes the largest magnitude), L1 the sum of magnitudes, L2 the square root of
+    the sum of squares; a row whose z is 0 is kept (divided by 1), as onnxruntime
+    keeps it. Integer L2 is custom: onnxruntime squares in the integer type."""
+    norm = _attr(node, "norm", "MAX")
+    if norm not in _NORMS:
+        raise Unmappable(f"norm '{norm}'")
+    dtype = cx.b.type(cx.tensor(node.input[0])).dtype
+    if norm == "L2" and dtype not in _FLOATS:
+        raise Unmappable(f"L2 of {dtype} input: onnxruntime squares it in {dtype}")
+    x = _features(cx, node, (1, 2))
+    reduction, before = _NORMS[norm]
+    terms = x if before is None else cx.helper(node, before, before, [x])
+    z = cx.helper(node, "norm", reduction, [terms], {"axes": [-1], "keepdims": True})
+    divisor = cx.helper(node, "divisor", "where", [cx.helper(node, "zero", "eq", [z, 0]), 1.0, z])
+    if norm == "L2":
+        divisor = cx.helper(node, "root", "sqrt", [divisor])
+    return cx.emit(node, "div", [x, divisor])
+
+
+@_register_ml("Scaler")
+def _scaler(cx: _Converter, node: onnx.NodeProto) -> str:
+    """``(X - offset) * scale`` in float32, per feature (the last axis of [N, C] or
+    [C]) or by one value each: the two lengths onnxruntime takes."""
+    scale, offset = list(_attr(node, "scale", [])), list(_attr(node, "offset", []))
+    x = _features(cx, node, (1, 2))
+    features = cx.b.type(x).shape[-1]
+    if len(scale) != len(offset) or len(scale) not in (1, features):
+        raise _malformed(cx, node, f"{len(scale)} scales and {len(offset)} offsets for {features} features "
+                                   f"(1 or {features} of each)")
+    shifted = cx.helper(node, "shifted", "sub", [x, _ml_constant(cx, node, "offset", np.asarray(offset, np.float32))])
+    return cx.emit(node, "mul", [shifted, _ml_constant(cx, node, "scale", np.asarray(scale, np.float32))])
+
+
+@_register_ml("Binarizer")
+def _binarizer(cx: _Converter, node: onnx.NodeProto) -> str:
+    """1.0 where X > threshold (default 0), else 0.0; float input only (onnxruntime's
+    only kernel). NaN gives 0, as onnx.reference (onnxruntime fails on it)."""
+    x = cx.tensor(node.input[0])
+    dtype = cx.b.type(x).dtype
+    if dtype != "float32":
+        raise Unmappable(f"{dtype} input: onnxruntime binarizes float only")
+    above = cx.helper(node, "above", "gt", [x, float(_attr(node, "threshold", 0.0))])
+    return cx.emit(node, "cast", [above], {"dtype": dtype})
+
+
+@_register_ml("ZipMap")
+def _zip_map(cx: _Converter, node: onnx.NodeProto) -> str:
+    """Format v1 has no maps: ZipMap's sequence of maps ``{classlabels[j]: X[i, j]}``
+    is kept as X itself, [N, C] (a [C] input is one map: [1, C]), a view named as
+    ZipMap's output whose column j holds label j's values; the summary says so.
+    Only where no op reads the maps (an op reading maps cannot read a tensor)."""
+    out = node.output[0]
+    if any(out in n.input for n in cx.graph.node):
+        raise Unmappable("its sequence of maps is read by another op")
+    key = "classlabels_int64s" if _attr(node, "classlabels_int64s") else "classlabels_strings"
+    labels = _attr(node, key, [])
+    x = cx.tensor(node.input[0])
+    shape = cx.b.type(x).shape
+    if not labels or len(shape) not in (1, 2) or shape[-1] != len(labels):
+        raise _malformed(cx, node, f"{len(labels)} class labels for an input of shape {list(shape)}")
+    rows = math.prod(shape) // len(labels)
+    _note(cx, node, f"its output '{out}' (a sequence of maps) is its input tensor [{rows}, {len(labels)}], "
+                    f"columns in {key} order: format v1 has no maps")
+    return cx.b.op(cx.names[out], "reshape", [x], {"shape": [rows, len(labels)]})

@@ -33,7 +33,7 @@ from torch.fx import Node
 from ..errors import GraphError
 from ..graph import Graph
 from ..ops import TensorType, broadcast_shapes
-from . import GraphBuilder, ImportResult, Unmappable, batch_norm, group_norm, report, sanitize
+from . import GraphBuilder, ImportResult, Unmappable, batch_norm, conv1d, conv3d, group_norm, report, sanitize
 
 DTYPES = {
     torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
@@ -457,7 +457,7 @@ for _target, _op in {
     "aten.lift_fresh_copy.default": "identity", "aten.mul.Tensor": "mul", "aten.mul.Scalar": "mul",
     "aten.div.Tensor": "div", "aten.div.Scalar": "div", "aten.pow.Tensor_Tensor": "pow",
     "aten.pow.Tensor_Scalar": "pow", "aten.pow.Scalar": "pow", "aten.maximum.default": "maximum",
-    "aten.minimum.default": "minimum", "aten.where.self": "where",
+    "aten.minimum.default": "minimum", "aten.where.self": "where", "aten.trunc.default": "trunc",
     **{f"aten.{cmp}.{overload}": cmp for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for overload in ("Tensor", "Scalar")},
 }.items():
     _register(_target)(_simple(_op))
@@ -683,21 +683,20 @@ def _addmm(cx: _Converter, node: Node) -> str:
 @_register("aten.convolution.default")
 def _convolution(cx: _Converter, node: Node) -> str:
     x, w, bias, stride, padding, dilation, transposed, _, groups = node.args
-    if transposed or len(stride) not in (1, 2):
-        raise Unmappable("only 1-D and 2-D, non-transposed convolutions map to conv2d")
+    if transposed or len(stride) not in (1, 2, 3):
+        raise Unmappable("only 1-D, 2-D and 3-D non-transposed convolutions map to conv2d")
     x, w = cx.tensor(x), cx.tensor(w)
+    if len(stride) == 3:
+        pads = [*padding, *padding]
+        return conv3d(cx.b, cx.name(node), x, w, cx.tensor(bias) if bias is not None else None, stride, pads,
+                      dilation, groups, cx.out(node)[1])
+    if len(stride) == 1:  # a conv2d over [N, C, 1, L] with a [O, C/g, 1, K] kernel
+        return conv1d(cx.b, cx.name(node), x, w, cx.tensor(bias) if bias is not None else None, stride,
+                      [padding[0], padding[0]], dilation, groups, cx.out(node)[1])
     bias = [cx.tensor(bias)] if bias is not None else []
-    if len(stride) == 1:  # conv1d: a conv2d over [N, C, 1, L] with a [O, C/g, 1, K] kernel
-        x = cx.helper(node, "x2d", "reshape", [x], {"shape": [*cx.b.type(x).shape[:2], 1, cx.b.type(x).shape[2]]})
-        w = cx.helper(node, "w2d", "reshape", [w], {"shape": [*cx.b.type(w).shape[:2], 1, cx.b.type(w).shape[2]]})
-        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
     attrs = {"strides": list(stride), "pads": [padding[0], padding[1], padding[0], padding[1]],
              "dilations": list(dilation), "groups": groups}
-    if len(node.args[3]) == 2:
-        return cx.emit(node, "conv2d", [x, w, *bias], attrs)
-    shape, dtype = cx.out(node)
-    y = cx.helper(node, "2d", "conv2d", [x, w, *bias], attrs)
-    return cx.b.op(cx.name(node), "reshape", [y], {"shape": shape}, shape, dtype)
+    return cx.emit(node, "conv2d", [x, w, *bias], attrs)
 
 
 @_register("aten._softmax.default", "aten._log_softmax.default")
@@ -823,8 +822,9 @@ def _cumsum(cx: _Converter, node: Node) -> str:
 
 @_register("aten.floor_divide.default", "aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _floor_divide(cx: _Converter, node: Node) -> str:
-    """``a // b``; ``div(rounding_mode="trunc")`` on integers is the floor quotient
-    plus one where a non-zero remainder has the divisor's opposite sign."""
+    """``a // b``; ``div(rounding_mode="trunc")`` on floats is ``trunc`` of the
+    quotient (:func:`_trunc_quotient`), on integers the floor quotient plus one where
+    a non-zero remainder has the divisor's opposite sign."""
     a, b = (cx.operand(x, node) for x in node.args[:2])
     mode = node.kwargs.get("rounding_mode", "floor") if "mode" in str(node.target) else "floor"
     if mode is None:
@@ -832,10 +832,25 @@ def _floor_divide(cx: _Converter, node: Node) -> str:
     if mode == "floor":
         return cx.emit(node, "floor_divide", [a, b])
     _, dtype = cx.out(node)
+    if dtype in ("float16", "bfloat16", "float32", "float64"):
+        return cx.emit(node, "trunc", [_trunc_quotient(cx, node, a, b, dtype)])
     if dtype not in ("int8", "int32", "int64"):
-        raise Unmappable("truncating division of floats (no trunc op)")
+        raise Unmappable(f"truncating division of {dtype}")
     quotient = cx.helper(node, "floor", "floor_divide", [a, b])
     return cx.emit(node, "add", [quotient, _sign_correction(cx, node, a, b)])
+
+
+def _trunc_quotient(cx: _Converter, node: Node, a, b, dtype: str) -> str:
+    """The quotient ATen's CPU kernel truncates: ``a / b`` rounded to ``dtype``
+    (``std::trunc(a / b)``), except that a float16 or bfloat16 division by one value
+    (a number, or a tensor of one element) divides in float32 and truncates that,
+    rounding once; ``emit`` then rounds the float32 ``trunc`` with a ``cast``."""
+    single = not isinstance(b, str) or math.prod(cx.b.type(b).shape) == 1
+    if dtype not in ("float16", "bfloat16") or not single:
+        return cx.helper(node, "quotient", "div", [a, b])
+    a, b = (cx.helper(node, f"{k}_f32", "cast", [v], {"dtype": "float32"})
+            if isinstance(v, str) and cx.b.type(v).dtype != "float32" else v for k, v in (("a", a), ("b", b)))
+    return cx.helper(node, "quotient", "div", [a, b])
 
 
 def _sign_correction(cx: _Converter, node: Node, a, b) -> str:
@@ -863,15 +878,8 @@ def _remainder(cx: _Converter, node: Node) -> str:
 
 @_register("aten.fmod.Tensor", "aten.fmod.Scalar")
 def _fmod(cx: _Converter, node: Node) -> str:
-    """C's fmod (the dividend's sign) on integers: the remainder less the divisor
-    where the signs differ. On floats that subtraction would round: custom."""
-    a, b = (cx.operand(x, node) for x in node.args[:2])
-    _, dtype = cx.out(node)
-    if dtype not in ("int8", "int32", "int64"):
-        raise Unmappable("fmod of floats (the remainder's correction would round)")
-    rest = cx.helper(node, "remainder", "remainder", [a, b])
-    step = _sign_correction(cx, node, a, b)
-    return cx.emit(node, "sub", [rest, cx.helper(node, "shift", "mul", [step, b])])
+    """C's fmod (the dividend's sign), of floats and integers alike: ``fmod``."""
+    return cx.emit(node, "fmod", [cx.operand(x, node) for x in node.args[:2]])
 
 
 def _pair(value: Any) -> list[int]:
