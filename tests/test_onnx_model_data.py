@@ -136,28 +136,15 @@ def test_every_model_case_passes_or_is_refused_in_one_line():
     assert counts["pass"] >= PASSING_AT_LEAST, (counts, {n: d for n, (k, d) in outcomes.items() if k != "pass"})
 
 
-def test_the_conv3d_cases_are_all_named():
-    assert sorted(name for name in _cases() if name.startswith("test_Conv3d")) == sorted(CONV3D)
+@pytest.mark.parametrize("prefix,names", [("test_Conv3d", CONV3D), ("test_Conv1d", CONV1D)])
+def test_the_conv3d_and_conv1d_cases_are_all_named(prefix, names):
+    assert sorted(name for name in _cases() if name.startswith(prefix)) == sorted(names)
 
 
-@pytest.mark.parametrize("name", CONV3D)
-def test_conv3d_passes_as_one_conv2d_without_custom_ops(name):
-    """A rank-5 Conv maps to one conv2d (``partitioner.importers.conv3d``), none custom."""
-    kind, detail = _outcomes()[name]
-    assert kind == "pass", detail
-    result = onnx_importer.convert(_cases()[name].model)
-    kinds = Counter(op.kind for op in result.load().ops.values())
-    assert kinds["conv2d"] == 1 and kinds["custom"] == 0, dict(kinds)
-    assert not result.summary.custom, result.summary.text(name)
-
-
-def test_the_conv1d_cases_are_all_named():
-    assert sorted(name for name in _cases() if name.startswith("test_Conv1d")) == sorted(CONV1D)
-
-
-@pytest.mark.parametrize("name", CONV1D)
-def test_conv1d_passes_as_one_conv2d_without_custom_ops(name):
-    """A rank-3 Conv maps to one conv2d over views of height 1 (``partitioner.importers.conv1d``)."""
+@pytest.mark.parametrize("name", CONV3D + CONV1D)
+def test_conv3d_and_conv1d_pass_as_one_conv2d_without_custom_ops(name):
+    """A rank-5 Conv maps to one conv2d over depth windows (``partitioner.importers.conv3d``),
+    a rank-3 one to one conv2d over views of height 1 (``conv1d``); none is custom."""
     kind, detail = _outcomes()[name]
     assert kind == "pass", detail
     result = onnx_importer.convert(_cases()[name].model)
