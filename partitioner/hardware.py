@@ -345,4 +345,20 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: give a source for {', '.join(unsourced)} under 'sources'")
     values = {**base, **given, "name": data.get("name", path.stem)}
     values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
+    _check_integer_time(spec, values["hbm_bandwidth_gb_per_s"], values["launch_overhead_us"])
     return Hardware(**values)
+
+
+def _check_integer_time(spec: str, bandwidth_gb_per_s: float, launch_overhead_us: float) -> None:
+    """The ILP's integer time counts HBM bytes, each a whole number of units, and a
+    launch as bytes to a thousandth (``LAUNCH_BYTES_DENOMINATOR``): a profile below one
+    byte per second, or whose launch takes less than one byte's time, has no such
+    units (a launch would round to nothing, below its own share of the roofline)."""
+    if Fraction(str(bandwidth_gb_per_s)) * 10**9 < 1:
+        raise HardwareError(f"{spec}: hbm_bandwidth_gb_per_s {bandwidth_gb_per_s} is under one byte per second "
+                            f"(1e-9 GB/s), which the integer time model cannot count")
+    launch_bytes = Fraction(str(launch_overhead_us)) * Fraction(str(bandwidth_gb_per_s)) * 1000
+    if 0 < launch_bytes < 1:
+        raise HardwareError(f"{spec}: a launch (launch_overhead_us {launch_overhead_us} at hbm_bandwidth_gb_per_s "
+                            f"{bandwidth_gb_per_s}) takes {float(launch_bytes):.3g} bytes' time, under one byte: "
+                            f"the integer time model cannot count it")

@@ -73,6 +73,10 @@ def test_unknown_name():
     ("base: h100\nlaunch_overhead_us: .nan\nsources: {launch_overhead_us: x}\n", "finite"),
     ("base: h100\nregisters_per_thread: 0.5\nsources: {registers_per_thread: x}\n", "integer"),
     ("base: h100\nsources: {warp_size: x}\n", "warp_size"),
+    # a bandwidth so small that integer time had no unit: a ZeroDivisionError (exit 1)
+    ("base: h100\nhbm_bandwidth_gb_per_s: 1.0e-10\nsources: {hbm_bandwidth_gb_per_s: x}\n", "under one byte per"),
+    # a launch under one byte rounded to no cost: modelled time fell below traffic time
+    ("base: h100\nhbm_bandwidth_gb_per_s: 1.0e-7\nsources: {hbm_bandwidth_gb_per_s: x}\n", "under one byte:"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
