@@ -16,6 +16,7 @@ import pytest
 from backends.base import load_backend
 from backends.check import output_value, run_and_check
 from backends.cuda.compile import compile_kernels
+from backends.cuda.emulate import run_profiled
 from backends.cuda.render import render
 from partitioner import GraphError, evaluate, partition
 from partitioner.dtypes import DTYPES, numpy_dtype
@@ -292,6 +293,24 @@ def test_cumsum_along_any_axis_exclusive_reverse_of_floats_halves_and_integers()
     h = (np.random.default_rng(6).standard_normal((6, 33)) * 300).astype(np.float16)
     _, ilp = check(g, {"i": i, "h": h}, exact=g.outputs)
     assert all(len(group_of(ilp, c).ops) == 1 for c in ("c0", "c1", "ch"))  # a scan never fuses
+
+
+@needs_gpp
+@pytest.mark.parametrize("exclusive,reverse", [(False, False), (True, True), (True, False), (False, True)])
+def test_cumsum_along_long_last_axis_rows_is_sequential_and_coalesced(exclusive, reverse):
+    """Rows along the last axis take a warp each, lanes at consecutive elements: the
+    loads are whole sectors and the sums still NumPy's order, bit for bit (a length
+    that is no multiple of 32, float16 sums in float32, int64 position ids)."""
+    attrs = {"axis": -1, "exclusive": exclusive, "reverse": reverse}
+    g = make_graph({"h": ([5, 1000], "float16"), "i": ([8, 1024], "int64")},
+                   [op("ch", "cumsum", ["h"], **attrs), op("ci", "cumsum", ["i"], **attrs)], ["ch", "ci"])
+    h = (np.random.default_rng(7).standard_normal((5, 1000)) * 30).astype(np.float16)
+    check(g, {"h": h}, exact=g.outputs, strategies=("ilp",))
+    _, counted = run_profiled(render(partition(g, "ilp")), {**input_values(g, 0), "h": h})
+    efficiency = {k.kernel.ops[0]: (k.requests("ldg").efficiency, k.requests("stg").efficiency) for k in counted}
+    assert efficiency["ci"] == (1.0, 1.0)
+    # rows of 1000 halves start mid-sector; a thread per row read 2 bytes of each sector
+    assert min(efficiency["ch"]) > 0.75, efficiency
 
 
 @needs_gpp

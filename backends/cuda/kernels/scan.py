@@ -1,15 +1,18 @@
 """Context of ``scan.cu.j2``: a ``cumsum`` on its own (scans never fuse).
 
 The input is viewed as ``[outer, length, inner]`` around the scanned axis; each of
-the ``outer * inner`` rows is one thread's sequential sum in the accumulator dtype
-(float32 for half types, float64 for float64, int64 for integers and bool), the
-order ``numpy.cumsum`` adds in, so results are bit-identical to the reference.
+the ``outer * inner`` rows is a sequential sum in the accumulator dtype (float32 for
+half types, float64 for float64, int64 for integers and bool), the order
+``numpy.cumsum`` adds in, so results are bit-identical to the reference: a warp's
+(coalesced, lanes at consecutive elements) for rows along the last axis, a thread's
+otherwise (neighbouring threads at neighbouring elements).
 """
 
 from __future__ import annotations
 
 import math
 
+from partitioner.cost import WARP
 from partitioner.dtypes import accumulator_dtype
 from partitioner.group import Group
 from partitioner.ops import normalize_axis
@@ -33,18 +36,24 @@ def build(group: Group, index: int, hw) -> dict:
     rows = x.numel // length
     acc = accumulator_dtype(x.dtype)
     step = "acc + v" if acc in ("float32", "float64") else "part_wrap_add(acc, v)"
-    result = convert("acc", acc, op.promoted)
-    if op.out.dtype != op.promoted:  # a stated dtype converts the rounded sum
-        result = convert(result, op.promoted, op.out.dtype)
+    warp_rows = inner == 1  # rows along the last axis: a warp each, so that loads are coalesced
+
+    def store(var: str) -> str:
+        result = convert(var, acc, op.promoted)
+        if op.out.dtype != op.promoted:  # a stated dtype converts the rounded sum
+            result = convert(result, op.promoted, op.out.dtype)
+        return f"PART_STG({params.pointer[op.name]}[at]) = {to_storage(result, op.out.dtype)};"
+
     return {
         "template": "scan.cu.j2", "params": params, "bits": bits,
-        "grid": (grid_stride_blocks(rows, THREADS, hw.sm_count), 1, 1), "block": (THREADS, 1, 1),
+        "grid": (grid_stride_blocks(rows * (WARP if warp_rows else 1), THREADS, hw.sm_count), 1, 1),
+        "block": (THREADS, 1, 1),
         "smem_dynamic": 0, "smem_static": 0,
         "context": {
             "threads": THREADS, "index_type": itype, "rows": rows, "length": length, "inner": inner,
             "reverse": op.attrs["reverse"], "exclusive": op.attrs["exclusive"],
             "acc_type": REGISTER[acc], "zero": literal(0, acc),
             "load": convert(f"part_load(PART_LDG({params.pointer[g.storage[op.inputs[0]]]}[at]))", x.dtype, acc),
-            "step": step, "store": f"PART_STG({params.pointer[op.name]}[at]) = {to_storage(result, op.out.dtype)};",
+            "step": step, "store": store("acc"), "warp_store": store("out"), "warp_rows": warp_rows,
         },
     }
