@@ -21,7 +21,7 @@ from . import __version__
 from .cost import DEFAULT_MAX_OPS, OBJECTIVES, UNITS
 from .draw import OPS_VIEW_LIMIT, VIEWS, DrawError, check_can_draw, draw, resolve_view
 from .errors import GraphError, HardwareError
-from .exits import OneLineParser, guarded, unwritable
+from .exits import OneLineParser, guarded, unwritable, write_output
 from .explain import explain
 from .hardware import PROFILES, load_hardware
 from .import_cli import main as import_main
@@ -126,10 +126,10 @@ def _explain(args: argparse.Namespace) -> int:
     a, b = args.explain
     answers = [explain(plan, a, b) for plan in plans]
     if args.format == "json":
-        print(json.dumps({"graph": graph.name, "hardware": hw.name, "ops": [a, b],
-                          "explain": [e.to_dict() for e in answers]}, indent=2))
+        write_output(json.dumps({"graph": graph.name, "hardware": hw.name, "ops": [a, b],
+                                 "explain": [e.to_dict() for e in answers]}, indent=2) + "\n")
     else:
-        sys.stdout.write(explain_text(answers, a, b, output_width()))
+        write_output(explain_text(answers, a, b, output_width()))
     return 0
 
 
@@ -203,9 +203,9 @@ def _run(args: argparse.Namespace) -> int:
             data["counters"] = counted.kernels
             text.append(counted.text)
     if args.format == "json":
-        print(json.dumps(data, indent=2))
+        write_output(json.dumps(data, indent=2) + "\n")
     else:
-        sys.stdout.write("".join(text))
+        write_output("".join(text))
     return status
 
 

@@ -228,6 +228,8 @@ def op_executions(group: Group) -> dict[str, int]:
     dict of str to int
         Op name -> elements computed (0 for an op nothing needs).
     """
+    if group.empty:  # nothing it computes can be seen: it computes nothing (Group.empty)
+        return dict.fromkeys(group.ops, 0)
     g = group.graph
     written = set(group.writes) | set(group.sinks)
     demand: dict[str, dict[int, int]] = {name: {} for name in group.ops}

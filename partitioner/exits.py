@@ -24,18 +24,64 @@ class OneLineParser(argparse.ArgumentParser):
 BROKEN_PIPE = 141
 
 
+class OutputError(Exception):
+    """Standard output cannot take the report (a full disk, an I/O error; not a
+    closed pipe, which ends the command quietly)."""
+
+
+_PIECE = 4096
+
+
+def write_output(text: str) -> None:
+    """Write ``text`` to standard output; a failing stdout raises :class:`OutputError`
+    (a closed pipe still raises ``BrokenPipeError``)."""
+    try:
+        # in pieces no larger than the buffer: one larger write goes straight to the
+        # descriptor, and a pipe closed in its middle would cut it short unreported
+        for start in range(0, len(text), _PIECE):
+            sys.stdout.write(text[start:start + _PIECE])
+        sys.stdout.flush()  # a closed pipe or a full disk must show here, while the command still runs
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
+def _flush_output() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
+def _discard_output() -> None:
+    """Point stdout's descriptor at the null device, so that what its buffer still
+    holds never reaches the reader (nor fails again in the interpreter's last flush)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a descriptor (captured in tests)
+        pass
+
+
 def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseException], ...]) -> int:
     """``run()``'s status; 2 for an exception in ``bad_input``, 130 on Ctrl-C, 141
-    (quietly) when the reader of stdout went away, and 1 for any other exception
+    (quietly) when the reader of stdout went away, 2 with one line when stdout
+    fails otherwise (``partition G > /dev/full``), and 1 for any other exception
     (an internal failure)."""
     try:
         status = run()
-        sys.stdout.flush()  # a closed pipe must show here, not in the interpreter's last flush
+        _flush_output()  # a closed pipe or a full disk must show here, not in the interpreter's last flush
         return status
     except BrokenPipeError:
         # `partition G | head`: stop quietly, as Unix tools do, with nothing left to flush
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_output()
         return BROKEN_PIPE
+    except OutputError as exc:
+        _discard_output()
+        print(f"{prog}: error: cannot write the output to stdout: {exc}", file=sys.stderr)
+        return 2
     except bad_input as exc:
         print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -242,9 +242,20 @@ class Graph:
 
     @cached_property
     def nonempty_mask(self) -> int:
-        """Bitset of the compute ops whose result has at least one element: a group
-        of none of them computes nothing and launches nothing (``Group.empty``)."""
-        return self.mask(name for name, op in self.ops.items() if not op.is_view and op.out.numel)
+        """Bitset of the compute ops every group holding them launches: an op with
+        a non-empty result that is a graph output or is read by such an op. The
+        others (empty results, non-empty ones that only feed empty results, dead
+        code) may sit in groups that write only empty results, which compute and
+        launch nothing (``Group.empty``); so a lower bound counts only these."""
+        hiding: set[str] = set()
+        for name in reversed(list(self.ops)):
+            op = self.ops[name]
+            if op.is_view:
+                continue
+            readers = self.names(self.storage_readers.get(name, 0))
+            if not op.out.numel or (name not in self.output_storages and all(r in hiding for r in readers)):
+                hiding.add(name)
+        return self.mask(name for name, op in self.ops.items() if not op.is_view and name not in hiding)
 
     def touched_bytes(self, op_name: str, storage: str) -> int:
         """Bytes of ``storage`` that op ``op_name`` reads (the op reads it): a slice

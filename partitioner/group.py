@@ -75,8 +75,14 @@ class Group:
 
     @cached_property
     def empty(self) -> bool:
-        """Every compute op's result has zero elements: there is nothing to compute."""
-        return bool(self.compute) and all(op.out.numel == 0 for op in self.compute)
+        """Every result the group writes has zero elements (for a group that writes
+        nothing, every compute op's result): nothing it computes can be seen, so it
+        computes nothing, reads nothing and launches nothing, whatever it fuses (a
+        non-empty transpose feeding an empty matmul included)."""
+        if not self.compute:
+            return False
+        g = self.graph
+        return all(g.ops[name].out.numel == 0 for name in self.writes or [op.name for op in self.compute])
 
     @cached_property
     def launches(self) -> int:

@@ -13,7 +13,10 @@ drawn at random, as for any input without a value, and the run report says so.
 
 from __future__ import annotations
 
+import math
+import struct
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,8 @@ def parse_inline(value: Any, t: TensorType) -> np.ndarray:
     if isinstance(value, np.ndarray):  # given through the Python API
         value = to_inline(value)
     array = np.array(value, dtype=object)
+    if array.size == 0 and math.prod(t.shape) == 0 and array.shape != t.shape:
+        array = np.empty(t.shape, dtype=object)  # an empty input's value is [] whatever its shape
     if array.shape != t.shape:
         raise ValueError(f"value has shape {list(array.shape)}, the input's shape is {list(t.shape)}")
     items = array.ravel().tolist()
@@ -68,6 +73,8 @@ def to_inline(array: np.ndarray) -> Any:
     written with the fewest digits that read back to the same value of its dtype
     (``0.1`` for float32's 0.1, not ``0.10000000149011612``)."""
     a = np.asarray(array)
+    if a.ndim and not a.size:
+        return []  # no elements, whatever the shape: parse_inline reads it back at the input's shape
     if a.dtype.kind == "b":
         return a.tolist()
     if a.dtype.kind in "iu":
@@ -177,6 +184,10 @@ def read_side_file(path: Path, inputs: dict[str, TensorType]) -> dict[str, np.nd
         raise GraphError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except (ValueError, zipfile.BadZipFile):  # NumPy's message would suggest unpickling: never
         raise GraphError(f"{path}: not a NumPy .npz file") from None
+    except (zlib.error, EOFError, NotImplementedError, RuntimeError, struct.error, KeyError,
+            UnicodeDecodeError, OverflowError, MemoryError) as exc:  # a member that does not decompress or parse
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GraphError(f"{path}: not a NumPy .npz file: corrupt data ({detail})") from None
     values = {}
     for name, array in stored.items():
         if name not in inputs:

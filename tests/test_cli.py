@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -193,6 +194,22 @@ def test_a_closed_pipe_ends_the_output_quietly():
     reader.stdout.close()
     assert reader.stderr.read() == b""
     assert reader.wait() == 141
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--format", "json"], [], ["--explain", "h:matmul", "h"]])
+def test_a_full_stdout_is_one_line_and_exit_2(args):
+    """`partition G --format json > /dev/full` once ended in an internal OSError."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "partitioner.cli", str(ROOT / "graphs" / "mlp_gelu_f16.yaml"),
+               "--strategy", "greedy", *args]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, cwd=ROOT, timeout=300)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert err == "partition: error: cannot write the output to stdout: No space left on device\n"
 
 
 @pytest.mark.parametrize("args, message", [

@@ -16,6 +16,7 @@ from partitioner import load_hardware, partition
 from partitioner.strategies import STRATEGIES
 from partitioner.strategies.ilp import structural_bound
 
+from .attention_graphs import attention
 from .conftest import make_graph, op
 from .random_graphs import small_graphs
 from .test_optimality import brute_force_minima, plan_objective
@@ -87,3 +88,41 @@ def test_cuda_emulator_computes_the_reference_on_empty_tensors(name):
     for strategy in ("none", "ilp"):
         checks = run_and_check(partition(EMPTY[name], strategy), load_backend("cuda", emulate=True))
         assert checks and all(c.ok for c in checks), checks
+
+
+#: Contractions that fuse a layout op with a non-empty result (the transposed
+#: weight, K^T) into a group whose written results are all empty: the group
+#: launches nothing (its kernel once divided by zero tiles).
+EMPTY_CONTRACTIONS = {
+    "matmul_of_transposed_weight": make_graph(
+        {"x": [0, 4], "w": [3, 4]}, [op("wt", "transpose", ["w"]), op("y", "matmul", ["x", "wt"])], ["y"]),
+    "linear_of_no_rows": make_graph(
+        {"x": [0, 4], "w": [3, 4], "b": [3]},
+        [op("wt", "transpose", ["w"]), op("m", "matmul", ["x", "wt"]), op("y", "add", ["m", "b"])], ["y"]),
+    "attention_of_no_queries": attention(sq=0, sk=5, d=8, dtype="float32"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY_CONTRACTIONS))
+def test_groups_writing_only_empty_results_launch_nothing_whatever_they_fuse(name):
+    graph = EMPTY_CONTRACTIONS[name]
+    for strategy in ("none", "greedy", "xla", "ilp"):
+        plan = partition(graph, strategy)
+        _check_plan(plan)
+        for priced in plan.cost.groups:
+            written = [graph.tensor(w).numel for w in priced.group.writes]
+            if priced.group.compute and written and not any(written):
+                assert priced.group.empty and priced.flops == 0 and priced.energy_uj == 0, (strategy, priced.ops)
+        rendered = render(plan)
+        assert [k.index for k in rendered.kernels] == [i for i, g in enumerate(plan.cost.groups) if g.launches]
+    fused = partition(graph, "ilp")
+    assert fused.cost.launches == 0 and fused.cost.modeled_time_us == 0
+    assert structural_bound(graph, H100, 64) == 0
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+@pytest.mark.parametrize("name", sorted(EMPTY_CONTRACTIONS))
+def test_cuda_emulator_runs_contractions_of_empty_results(name):
+    for strategy in ("none", "greedy", "ilp"):
+        checks = run_and_check(partition(EMPTY_CONTRACTIONS[name], strategy), load_backend("cuda", emulate=True))
+        assert checks and all(c.ok for c in checks), (strategy, checks)

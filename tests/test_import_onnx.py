@@ -1233,6 +1233,48 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     assert not (tmp_path / "out.yaml").exists()
 
 
+def test_nodes_out_of_topological_order_are_sorted_as_onnxruntime_runs_them():
+    nodes = [helper.make_node("Relu", ["t"], ["Y"]), helper.make_node("Add", ["u", "X"], ["t"]),
+             helper.make_node("Exp", ["X"], ["u"])]
+    result = check(make(nodes, {"X": (F, [3, 4])}, {"Y": (F, None)}))
+    assert [o["op"] for o in result.graph["ops"]] == ["exp", "add", "relu"]
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ([helper.make_node("Relu", ["t"], ["Y"], name="r"), helper.make_node("Exp", ["Y"], ["t"], name="e")],
+     "node 'r' (Relu) reads tensor 't', which is computed on a cycle of nodes"),
+    ([helper.make_node("Relu", ["Y"], ["Y"], name="self")],
+     "node 'self' (Relu) reads tensor 'Y', which is computed on a cycle of nodes"),
+    ([helper.make_node("Add", ["X", "nowhere"], ["Y"], name="a")],
+     "node 'a' (Add) reads tensor 'nowhere', which no node produces and which is no graph input or initializer"),
+])
+def test_a_cycle_or_a_missing_producer_is_one_line_naming_node_and_tensor(tmp_path, capsys, nodes, message):
+    path = tmp_path / "bad.onnx"
+    graph = helper.make_graph(nodes, "bad", [value("X", F, [2])], [value("Y", F, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert cli.main(["import", str(path), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: {message}" in err, err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.parametrize("shape, axis", [((0, 2), 0), ((3, 0), 1)])
+def test_an_empty_initializer_imports_and_round_trips_through_the_written_file(tmp_path, capsys, shape, axis):
+    model = make([helper.make_node("Concat", ["X", "E"], ["Y"], axis=axis)], {"X": (F, [3, 2])},
+                 {"Y": (F, None)}, initializers={"E": np.zeros(shape, np.float32)})
+    check(model)
+    path, out = tmp_path / "concat.onnx", tmp_path / "concat.yaml"
+    onnx.save(model, path)
+    assert cli.main(["import", str(path), "-o", str(out)]) == 0
+    assert f"{{name: E, shape: {list(shape)}, dtype: float32, value: []}}" in out.read_text()
+    graph = partitioner.load_graph(out)
+    assert graph.values["E"].shape == shape
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(run_reference(graph, {"X": x})["Y"], x)
+    capsys.readouterr()
+    assert cli.main([str(out), "--run"]) == 0
+
+
 def test_dropout_is_the_identity_only_at_inference(capsys):
     """Opset 13 exporters name Dropout's mask though nothing reads it: still the
     identity. Training mode with a non-zero ratio draws a random mask: custom."""

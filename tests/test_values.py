@@ -82,6 +82,73 @@ def test_a_side_file_that_is_no_npz_is_one_line(graph_file):
         run_reference(load_graph(graph_file))
 
 
+def _corrupt_member(path):
+    data = bytearray(path.read_bytes())
+    data[60] ^= 0xFF
+    data[61] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:-30])
+
+
+def _garbage_tail(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2:] = bytes(len(data) - len(data) // 2)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("spoil", [_corrupt_member, _truncate, _garbage_tail])
+def test_a_compressed_side_file_with_corrupt_data_is_one_line_and_exit_2(graph_file, spoil, capsys):
+    side = graph_file.parent / "affine.npz"
+    np.savez_compressed(side, w=W, b=B.view(np.uint16))
+    spoil(side)
+    with pytest.raises(GraphError, match="affine.npz: not a NumPy .npz file"):
+        run_reference(load_graph(graph_file))
+    assert cli.main([str(graph_file), "--run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "affine.npz" in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("shape, value", [([0, 2], []), ([2, 0], []), ([2, 0], [[], []]), ([0], []),
+                                          ([3, 0, 2], [])])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "bool", "bfloat16"])
+def test_an_empty_constant_is_written_and_read_as_an_empty_list(shape, value, dtype):
+    t = TensorType(tuple(shape), dtype)
+    array = parse_inline(value, t)
+    assert array.shape == tuple(shape) and array.size == 0
+    assert to_inline(array) == []
+    assert parse_inline(to_inline(array), t).shape == tuple(shape)
+    graph = load_graph({"inputs": [{"name": "a", "shape": [3, *shape[1:]], "dtype": dtype},
+                                   {"name": "e", "shape": shape, "dtype": dtype, "value": value}],
+                        "ops": [{"name": "y", "op": "concat", "inputs": ["a", "e"], "attrs": {"axis": 0}}],
+                        "outputs": ["y"]}) if shape[0] == 0 and len(shape) > 1 else None
+    if graph is not None:
+        a = np.ones((3, *shape[1:]), dtype=graph.values["e"].dtype)
+        np.testing.assert_array_equal(run_reference(graph, {"a": a})["y"], a)
+
+
+def test_an_empty_constant_in_the_side_file_is_read(tmp_path):
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps({"format": 1.1, "values": "e.npz",
+                                "inputs": [{"name": "a", "shape": [3, 2]}, {"name": "e", "shape": [0, 2]}],
+                                "ops": [{"name": "y", "op": "concat", "inputs": ["a", "e"], "attrs": {"axis": 0}}],
+                                "outputs": ["y"]}))
+    write_side_file(tmp_path / "e.npz", {"e": np.zeros((0, 2), np.float32)})
+    graph = load_graph(path)
+    assert constants(graph).from_file == ("e",) and constants(graph).values["e"].shape == (0, 2)
+    a = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(run_reference(graph, {"a": a})["y"], a)
+
+
+def test_an_empty_input_with_a_value_of_another_size_is_still_rejected():
+    with pytest.raises(ValueError, match=re.escape("value has shape [1], the input's shape is [0, 2]")):
+        parse_inline([1.0], TensorType((0, 2), "float32"))
+    with pytest.raises(ValueError, match=re.escape("value has shape [0], the input's shape is [2]")):
+        parse_inline([], TensorType((2,), "float32"))
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"shape": [2], "dtype": "int64", "value": [1, 2, 3]}, "value has shape [3], the input's shape is [2]"),
     ({"shape": [2], "dtype": "int8", "value": [1, 300]}, "300 is not an integer that int8 holds"),

@@ -17,6 +17,7 @@ where the specification's code and onnxruntime agree (the last section).
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from pathlib import Path
@@ -91,6 +92,108 @@ def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types for a file that is not ONNX
         raise GraphError(f"{path}: not an ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     return model, str(path), str(path.parent)
+
+
+def _outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """Tensors a subgraph (an ``If`` branch, a ``Loop`` body) reads from outside it."""
+    produced = {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    reads: set[str] = set()
+    for node in graph.node:
+        reads |= {i for i in node.input if i and i not in produced}
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                reads |= _outer_reads(sub) - produced
+        produced |= {o for o in node.output if o}
+    return reads
+
+
+def topologically_sorted(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    """``model`` with its graph's nodes in topological order (ONNX requires it, but
+    onnxruntime also runs models that list a node before its producers): the model
+    itself when they are, else a copy, each node as early as its inputs allow.
+
+    Raises
+    ------
+    GraphError
+        A node reads a tensor that no node produces and that is no graph input or
+        initializer, or the nodes form a cycle.
+
+    Examples
+    --------
+    >>> from onnx import TensorProto, helper
+    >>> x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    >>> y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    >>> nodes = [helper.make_node("Relu", ["t"], ["y"]), helper.make_node("Exp", ["x"], ["t"])]
+    >>> model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]))
+    >>> [n.op_type for n in topologically_sorted(model, "<onnx>").graph.node]
+    ['Exp', 'Relu']
+    >>> cycle = [helper.make_node("Relu", ["t"], ["u"]), helper.make_node("Exp", ["u"], ["t"]),
+    ...          helper.make_node("Neg", ["x"], ["y"])]
+    >>> topologically_sorted(helper.make_model(helper.make_graph(cycle, "g", [x], [y])), "m.onnx")
+    Traceback (most recent call last):
+    ...
+    partitioner.errors.GraphError: m.onnx: node 'u' (Relu) reads tensor 't', which is computed on a cycle of nodes
+    """
+    nodes = list(model.graph.node)
+    given = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer} | {""}
+    producer: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for out in node.output:
+            if out:
+                producer.setdefault(out, k)
+
+    def label_of(k: int) -> str:
+        node = nodes[k]
+        return f"node '{node.name or next((o for o in node.output if o), str(k))}' ({node.op_type})"
+
+    needs: list[set[int]] = []
+    for k, node in enumerate(nodes):
+        deps = set()
+        for tensor in node.input:
+            if tensor in given:
+                continue
+            if tensor not in producer:
+                raise GraphError(f"{label}: {label_of(k)} reads tensor '{tensor}', which no node produces and which "
+                                 f"is no graph input or initializer")
+            deps.add(producer[tensor])
+        for attr in node.attribute:  # a subgraph's reads from this graph (outer scope) count as inputs
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                deps |= {producer[t] for t in _outer_reads(sub) if t in producer and t not in given}
+        needs.append(deps)
+    if all(d < k for k, deps in enumerate(needs) for d in deps):
+        return model
+
+    readers: dict[int, list[int]] = {k: [] for k in range(len(nodes))}
+    for k, deps in enumerate(needs):
+        for d in deps:
+            readers[d].append(k)
+    waiting = [len(deps) for deps in needs]
+    ready = [k for k in range(len(nodes)) if not waiting[k]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for r in readers[k]:
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, r)
+    if len(order) < len(nodes):  # every node left waits on another one left: walk those waits into a cycle
+        done, path, seen = set(order), [], {}
+        k = min(k for k in range(len(nodes)) if k not in set(order))
+        while k not in seen:
+            seen[k] = len(path)
+            path.append(k)
+            k = min(d for d in needs[k] if d not in done)
+        after = path[seen[k] + 1] if seen[k] + 1 < len(path) else k
+        tensor = next((t for t in nodes[k].input if producer.get(t) == after),
+                      next(o for o in nodes[after].output if o))
+        raise GraphError(f"{label}: {label_of(k)} reads tensor '{tensor}', which is computed on a cycle of nodes")
+    sorted_model = onnx.ModelProto()
+    sorted_model.CopyFrom(model)
+    del sorted_model.graph.node[:]
+    sorted_model.graph.node.extend(nodes[k] for k in order)
+    return sorted_model
 
 
 def bind_dims(model: onnx.ModelProto, dims: dict[str, int], label: str) -> onnx.ModelProto:
@@ -188,6 +291,7 @@ def convert(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | 
     [{'name': 'y', 'op': 'relu', 'inputs': ['x'], 'shape': [8, 16], 'dtype': 'float32'}]
     """
     model, label, base_dir = read(source)
+    model = topologically_sorted(model, label)
     model = bind_dims(model, dict(dims or {}), label)
     try:
         model = shape_inference.infer_shapes(model, data_prop=True)
