@@ -235,6 +235,51 @@ def _literal(value: Any) -> int | float:
     return int(value) if isinstance(value, bool) else value
 
 
+def _rounded(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` as a tensor of ``dtype`` holds it (0.3 is 0.300048828125 in float16),
+    as a Python number; booleans and integers of an integer dtype are kept."""
+    if isinstance(value, bool) or not dtype.is_floating_point and isinstance(value, int):
+        return value
+    return torch.tensor(value, dtype=torch.float64).to(dtype).item()
+
+
+# ATen ops whose CPU kernels convert a wrapped Python number (and a one-element tensor)
+# to the op's common dtype before computing (in float32 for half types): 0.3 is
+# 0.30005 to a float16 add, remainder or comparison. ``mul``, ``div`` and
+# ``floor_divide`` read the number in float32 (``opmath``), as the format's literals
+# are read; ``where``, ``maximum``, ``minimum`` and ``clamp`` select, and give the same
+# either way. (Float32 and float64 tensors and integer tensors promoted to float32:
+# the common dtype is the format's compute dtype, so rounding there changes nothing.)
+_ROUNDS_SCALARS = frozenset(
+    {"aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar",
+     "aten.rsub.Tensor", "aten.pow.Tensor_Scalar", "aten.pow.Scalar", "aten.pow.Tensor_Tensor",
+     "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor",
+     "aten.fmod.Tensor", "aten.fmod.Scalar",
+     *(f"aten.{cmp}.{overload}" for cmp in ("eq", "ne", "lt", "le", "gt", "ge") for overload in ("Tensor", "Scalar"))})
+
+
+def _common_dtype(node: Node) -> torch.dtype:
+    """ATen's common dtype of a binary node's first two operands (a Python number is
+    a weak scalar, a tensor keeps its dimension category)."""
+    def example(arg: Any) -> Any:
+        if isinstance(arg, Node):
+            val = arg.meta["val"]
+            return torch.empty([1] * val.dim(), dtype=val.dtype)
+        return arg
+
+    a, b = (example(x) for x in node.args[:2])
+    return torch.result_type(a, b)
+
+
+def _scalar_operand(value: Any, node: Node) -> int | float:
+    """A Python number operand of ``node`` as a literal: rounded to the op's common
+    dtype first where ATen's kernel does that (:data:`_ROUNDS_SCALARS`)."""
+    if str(node.target) in _ROUNDS_SCALARS and not isinstance(value, bool) and len(node.args) >= 2 \
+            and any(isinstance(a, Node) for a in node.args[:2]):
+        value = _rounded(value, _common_dtype(node))
+    return _literal(value)
+
+
 class _Converter:
     def __init__(self, program: ExportedProgram, name: str, source: str):
         self.program = program
@@ -347,14 +392,15 @@ class _Converter:
         scalar_tensor)``): literals alone would promote to float64, not PyTorch's dtype.
         The constant itself is no other operand, though an earlier use made it a tensor."""
         if not isinstance(arg, Node):
-            return _literal(arg)
+            return _scalar_operand(arg, node)
         value = self.env.get(arg)
         if isinstance(value, _Const):
             tensors = [a for a in node.args if isinstance(a, Node) and a is not arg and self._is_tensor(a)]
             values = [a for a in tensors if not (node.target is torch.ops.aten.where.self and a is node.args[0])]
             shapes = [self.b.type(self.tensor(a)).shape for a in tensors]
             if values and list(broadcast_shapes(shapes)) == self.out(node)[0]:
-                return _literal(value.value)
+                # the filled tensor holds the value in its own dtype, then enters the op as a number would
+                return _scalar_operand(_rounded(value.value, arg.meta["val"].dtype), node)
         return self.tensor(arg)
 
     def _is_tensor(self, arg: Node) -> bool:
@@ -871,9 +917,31 @@ def _sign_correction(cx: _Converter, node: Node, a, b) -> str:
     return cx.helper(node, "step_int", "cast", [step], {"dtype": "int64"})
 
 
-@_register("aten.remainder.Tensor", "aten.remainder.Scalar")
+@_register("aten.remainder.Tensor", "aten.remainder.Scalar", "aten.remainder.Scalar_Tensor")
 def _remainder(cx: _Converter, node: Node) -> str:
-    return cx.emit(node, "remainder", [cx.operand(x, node) for x in node.args[:2]])
+    """Integer remainders are NumPy's (``remainder``; ATen agrees, and raises where a
+    divisor is 0, where NumPy gives 0). A float one is ATen's CPU kernel's, signs of
+    zero included (NumPy's gives ``remainder(-0.0, 1) = 0.0``, ATen -0.0):
+    ``mod = fmod(a, b); mod != 0 and (b < 0) != (mod < 0) ? mod + b : mod``, computed
+    in float32 for float16 and bfloat16 and rounded once (``emit`` states the dtype)."""
+    a, b = (cx.operand(x, node) for x in node.args[:2])
+    _, dtype = cx.out(node)
+    if dtype not in ("float16", "bfloat16", "float32", "float64"):
+        if isinstance(b, int) and b == 0:
+            raise Unmappable("integer remainder by 0 (ATen raises)")
+        return cx.emit(node, "remainder", [a, b])
+    compute = "float32" if dtype in ("float16", "bfloat16") else dtype
+    a, b = (cx.helper(node, f"{k}_{compute}", "cast", [v], {"dtype": compute})
+            if isinstance(v, str) and cx.b.type(v).dtype != compute else v for k, v in (("a", a), ("b", b)))
+    mod = cx.helper(node, "fmod", "fmod", [a, b])
+    nonzero = cx.helper(node, "nonzero", "ne", [mod, 0])
+    mod_negative = cx.helper(node, "mod_neg", "lt", [mod, 0])
+    if isinstance(b, str):
+        differ = cx.helper(node, "differ", "ne", [cx.helper(node, "b_neg", "lt", [b, 0]), mod_negative])
+    else:  # a number: its sign is known
+        differ = cx.helper(node, "differ", "logical_not", [mod_negative]) if b < 0 else mod_negative
+    step = cx.helper(node, "step", "logical_and", [nonzero, differ])
+    return cx.emit(node, "where", [step, cx.helper(node, "shifted", "add", [mod, b]), mod])
 
 
 @_register("aten.fmod.Tensor", "aten.fmod.Scalar")
