@@ -698,3 +698,15 @@ def test_an_integer_remainder_by_a_literal_zero_stays_custom():
     program = torch_importer.lower(torch.export.export(ByZero(), (torch.arange(4),)))
     result = torch_importer.convert(program, "by_zero")
     assert result.summary.custom
+
+
+class MaskedSelect(nn.Module):
+    def forward(self, x):
+        return x[x > 0] * 2
+
+
+def test_a_data_dependent_shape_is_refused_in_one_line_that_says_so():
+    """A boolean mask's result size depends on the values: no static shape exists, so
+    no export setting helps (the message once advised exporting without dynamic_shapes)."""
+    with pytest.raises(partitioner.GraphError, match="data-dependent shape .* the format has static shapes only"):
+        torch_importer.convert(torch_importer.program_of(MaskedSelect(), (randn(16),)), "masked")

@@ -29,6 +29,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..errors import GraphError
 from ..graph import Graph
@@ -224,10 +225,13 @@ def _dtype(node: Node, val: Any) -> str:
 
 
 def _shape(node: Node, val: Any) -> list[int]:
-    if not all(isinstance(d, int) for d in val.shape):
-        raise GraphError(f"<torch>: op '{node.name}': symbolic shape {list(val.shape)}; "
-                         "export with static shapes (no dynamic_shapes)")
-    return list(val.shape)
+    if all(isinstance(d, int) for d in val.shape):
+        return list(val.shape)
+    if free_unbacked_symbols(val.shape):  # a size that depends on the values, not on the export
+        raise GraphError(f"<torch>: op '{node.name}': data-dependent shape {list(val.shape)} (its size depends on "
+                         "the values, as a boolean mask's or nonzero's does); the format has static shapes only")
+    raise GraphError(f"<torch>: op '{node.name}': symbolic shape {list(val.shape)}; "
+                     "export with static shapes (no dynamic_shapes)")
 
 
 def _literal(value: Any) -> int | float:
