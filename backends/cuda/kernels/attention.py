@@ -91,7 +91,7 @@ def build(group: Group, index: int, hw) -> dict:
 
     # pass 1: X (what the row maximum reduces) and E (what the row sum adds) per score element
     tiles = _score_tiles(g, tiling)
-    x_em, score_loads = _x_of(ctx, p, tiles, tiling, f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
+    x_em, score_tiles, score_loads = _x_of(ctx, p, tiles, tiling, f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     e_em = ctx.emitter(3, **{p.c1: "s", p.x: "x", p.row_max: "mv"})
     e_em.emit(f"const {REGISTER[c1.out.dtype]} s = {c1_value};")
     e_em.emit(f"const {REGISTER[m_op.out.dtype]} mv = {m_value};")
@@ -123,7 +123,8 @@ def build(group: Group, index: int, hw) -> dict:
         "context": {
             "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
             "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,
-            "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "ldo": dv_pad + ATTN_OUT_PAD, "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
+            "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "ldo": dv_pad + ATTN_OUT_PAD,
+            "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
             "q_tiles": tiling.q_tiles, "batch": p.batch, "looped": grid < tiling.q_tiles * p.batch, "k_tiles": tiling.k_tiles, "smem_static": static,
             "batch_index": "\n".join(head.lines),
             "q_value": _operand(ctx, c1.inputs[0], b1, "q", "d", dtype),
@@ -134,7 +135,7 @@ def build(group: Group, index: int, hw) -> dict:
             "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted), "m_round": m_round,
             "l_reg": REGISTER[l_acc], "l_nan": literal(math.nan, l_acc), "e_body": "\n".join(e_em.lines), "norm_body": "\n".join(n_em.lines),
             "epilogue": epilogue, "score_writes": score_writes, "row_writes": row_writes,
-            "score_tiles": [tile for tile in tiles if tile["var"] in score_loads], "score_loads": score_loads,
+            "score_tiles": score_tiles, "score_loads": score_loads,
         },
     }
 
@@ -161,10 +162,10 @@ class _Recording(Emitter):
 _DECLARED = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
 
 
-def _x_of(ctx: _Context, p, tiles: list[dict], tiling, head: str) -> tuple[Emitter, str]:
+def _x_of(ctx: _Context, p, tiles: list[dict], tiling, head: str) -> tuple[Emitter, list[dict], str]:
     """``x_of``'s statements, which read each staged tensor from its tile in shared
-    memory, and the statements that load the tiles of one key tile (``q`` and ``k`` the
-    element, consecutive threads at consecutive keys).
+    memory; the tiles X reads; and the statements that load them for one key tile
+    (``q`` and ``k`` the element, consecutive threads at consecutive keys).
 
     X is emitted twice from the same names: first to note at which index it reads each
     staged tensor (a function of ``b``, ``q`` and ``k``), then with that tensor's tile
@@ -191,7 +192,8 @@ def _x_of(ctx: _Context, p, tiles: list[dict], tiling, head: str) -> tuple[Emitt
             "buffer", tile["var"], at=at, shared=True, pointer=pointer,
             position=f"q % {tiling.block_m} * {tile['row']} + k % {tiling.block_n}")
     emit(x_em)  # first, so that it declares what the probe declared, under the same names
-    return x_em, "\n".join(_tile_load(ctx, tile, at, probe.lines, tiling) for tile, at in staged)
+    loads = "\n".join(_tile_load(ctx, tile, at, probe.lines, tiling) for tile, at in staged)
+    return x_em, [tile for tile, _ in staged], loads
 
 
 def _tile_load(ctx: _Context, tile: dict, at: tuple[str, ...], lines: list[str], tiling) -> str:

@@ -25,6 +25,8 @@ MICRO = 8  # CUDA-core path: 8 x 8 products per thread
 # floats apart, or 20 when its lanes read it down the columns (an output consecutive in
 # m): 16 would put a column in 2 banks, 20 (WMMA's float stride is a multiple of 4) in 8.
 STAGING_LD_M_FAST = 20
+
+
 def _fma(acc_dtype: str) -> str:
     if acc_dtype in ("float32", "float64"):
         return "acc[i][j] + a[i] * b[j]"
@@ -113,13 +115,15 @@ def build(group: Group, index: int, hw) -> dict:
         "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
         "smem_dynamic": dynamic, "smem_static": static,
         "context": {
-            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K, "a_ld": a_ld, "b_ld": b_ld,
+            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
+            "a_ld": a_ld, "b_ld": b_ld,
             "m": m, "n": n, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
             "looped": grid < n_tiles * m_tiles * batch,
             "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
             "smem_static": static, "batch_index": "\n".join(head.lines),
             "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
-            "a_walk": _tile_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast), "b_walk": _tile_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
+            "a_walk": _tile_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
+            "b_walk": _tile_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
             "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
             "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
             "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
@@ -149,13 +153,13 @@ _INDEX = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
 def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=_LOAD) -> str:
     """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) moves more of an
     operand's global reads (or the epilogue's stores, ``accesses=_STORE``) to the next
-    element over a warp's 32 steps: the emitted
-    index arithmetic is evaluated at ``probe`` (the middle of the GEMM) and 32 steps
-    along each axis, and the steps to the next address are counted (a 3x3 conv's k
-    runs 3 elements, then jumps; its m runs along a row of pixels). Reads whose index
-    the evaluator cannot follow are not counted; on a tie the second axis, the
-    default, is kept. Only the order of the loads depends on it, never a value."""
-    def addresses(point: dict[str, int]) -> dict[tuple[int, str], int]:
+    element over a warp's 32 steps: the emitted index arithmetic is evaluated at
+    ``probe`` (the middle of the GEMM) and 32 steps along each axis, and the steps to
+    the next address are counted (a 3x3 conv's k runs 3 elements, then jumps; its m
+    runs along a row of pixels). Accesses whose index the evaluator cannot follow are
+    not counted; on a tie the second axis, the default, is kept. Only the order of the
+    accesses depends on it, never a value."""
+    def addresses(point: dict[str, int]) -> dict[tuple[int, int], int]:
         env, found = dict(point), {}
         for number, line in enumerate(lines):
             declared = _INDEX.match(line)
