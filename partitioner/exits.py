@@ -6,6 +6,7 @@ checked before any long work."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import traceback
@@ -32,28 +33,31 @@ class OutputError(Exception):
 _PIECE = 4096
 
 
+@contextlib.contextmanager
+def _stdout_errors():
+    """A failing stdout as :class:`OutputError`; a closed pipe stays ``BrokenPipeError``."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc.strerror or str(exc)) from None
+
+
 def write_output(text: str) -> None:
     """Write ``text`` to standard output; a failing stdout raises :class:`OutputError`
     (a closed pipe still raises ``BrokenPipeError``)."""
-    try:
+    with _stdout_errors():
         # in pieces no larger than the buffer: one larger write goes straight to the
         # descriptor, and a pipe closed in its middle would cut it short unreported
         for start in range(0, len(text), _PIECE):
             sys.stdout.write(text[start:start + _PIECE])
-        sys.stdout.flush()  # a closed pipe or a full disk must show here, while the command still runs
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise OutputError(exc.strerror or str(exc)) from None
+    _flush_output()  # a closed pipe or a full disk must show here, while the command still runs
 
 
 def _flush_output() -> None:
-    try:
+    with _stdout_errors():
         sys.stdout.flush()
-    except BrokenPipeError:
-        raise
-    except OSError as exc:
-        raise OutputError(exc.strerror or str(exc)) from None
 
 
 def _discard_output() -> None:

@@ -362,6 +362,13 @@ def _infer_matmul(operands, attrs):
     return TensorType(out, promote([a.dtype, b.dtype], []))
 
 
+def conv_output_length(size: int, kernel: int, stride: int, dilation: int, begin: int, end: int) -> int:
+    """Output positions of a convolution along one axis: windows of ``kernel`` taps
+    ``dilation`` apart, ``stride`` apart, over the axis of ``size`` padded by ``begin``
+    and ``end`` (below 1 when the kernel does not fit)."""
+    return (size + begin + end - dilation * (kernel - 1) - 1) // stride + 1
+
+
 def conv2d_output(x: Shape, w: Shape, attrs: dict) -> Shape:
     """NCHW output shape of conv2d; raises InferenceError on inconsistent shapes."""
     if len(x) != 4 or len(w) != 4:
@@ -379,8 +386,7 @@ def conv2d_output(x: Shape, w: Shape, attrs: dict) -> Shape:
     pt, pl, pb, pr = attrs["pads"]
     if min(sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
         raise InferenceError("strides and dilations must be >= 1 and pads >= 0")
-    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
-    wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    ho, wo = conv_output_length(h, kh, sh, dh, pt, pb), conv_output_length(wd, kw, sw, dw, pl, pr)
     if ho < 1 or wo < 1:
         raise InferenceError(f"the kernel {kh}x{kw} does not fit the padded input {h}x{wd}")
     return (n, o, ho, wo)

@@ -26,7 +26,7 @@ from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError
 from ..graph import Graph
 from ..loader import NAME_PATTERN, format_1_1_feature, load_graph
-from ..ops import TensorType
+from ..ops import TensorType, conv_output_length
 from ..values import INLINE_LIMIT, to_inline
 from ..yamlio import parse_yaml
 
@@ -442,8 +442,7 @@ def conv3d(b: GraphBuilder, name: str, x: str, w: str, bias: str | None, strides
     is the source's result dtype (None: the format's).
 
     Raises:
-        Unmappable: the shapes, strides or groups are inconsistent (the loader's
-            message says how).
+        Unmappable: the ranks, shapes, strides, pads or groups are inconsistent.
     """
     xs, ws = b.type(x).shape, b.type(w).shape
     if len(xs) != 5 or len(ws) != 5 or len(strides) != 3 or len(pads) != 6 or len(dilations) != 3:
@@ -455,7 +454,7 @@ def conv3d(b: GraphBuilder, name: str, x: str, w: str, bias: str | None, strides
                          f"dilations {list(dilations)} and pads {list(pads)} are inconsistent")
     (sd, sh, sw), (dd, dh, dw) = strides, dilations
     front, back = pads[0], pads[3]
-    do = (depth + front + back - dd * (kd - 1) - 1) // sd + 1
+    do = conv_output_length(depth, kd, sd, dd, front, back)
     if do < 1:
         raise Unmappable(f"the kernel's depth {kd} does not fit the padded input's depth {depth}")
     if front or back:

@@ -412,7 +412,7 @@ class _Converter:
             return
         mark, noted = self.b.mark(), len(self.b.summary.notes)
         try:
-            converter = _CONVERTERS.get(node.op_type) if default else _ML_CONVERTERS.get((node.domain, node.op_type))
+            converter = _CONVERTERS.get(("" if default else node.domain, node.op_type))
             if converter is None:
                 raise Unmappable("")
             results = converter(self, node)
@@ -649,13 +649,13 @@ _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
 # ---------------------------------------------------------------- converters
 
 Converter = Callable[[_Converter, onnx.NodeProto], Any]
-_CONVERTERS: dict[str, Converter] = {}
+_CONVERTERS: dict[tuple[str, str], Converter] = {}  # (domain, "" for ONNX's own; op type) -> converter
 
 
-def _register(*op_types: str):
+def _register(*op_types: str, domain: str = ""):
     def wrap(fn: Converter) -> Converter:
         for op_type in op_types:
-            _CONVERTERS[op_type] = fn
+            _CONVERTERS[domain, op_type] = fn
         return fn
 
     return wrap
@@ -1774,18 +1774,6 @@ def _cumsum(cx: _Converter, node: onnx.NodeProto) -> str:
 # custom (its kept node runs onnx.reference's code) and the summary says why;
 # attributes that no runtime computes a defined result from are a one-line error.
 
-_ML_CONVERTERS: dict[tuple[str, str], Converter] = {}
-
-
-def _register_ml(*op_types: str):
-    def wrap(fn: Converter) -> Converter:
-        for op_type in op_types:
-            _ML_CONVERTERS["ai.onnx.ml", op_type] = fn
-        return fn
-
-    return wrap
-
-
 def _malformed(cx: _Converter, node: onnx.NodeProto, problem: str) -> GraphError:
     """The one-line error for a node whose attributes define no result."""
     return GraphError(f"{cx.label}: op '{node.name or node.output[0]}' ({node.domain}.{node.op_type}): {problem}")
@@ -1853,7 +1841,7 @@ _DISPUTED_TRANSFORMS = {
 }
 
 
-@_register_ml("LinearClassifier")
+@_register("LinearClassifier", domain="ai.onnx.ml")
 def _linear_classifier(cx: _Converter, node: onnx.NodeProto) -> list[str]:
     """``scores = X @ coefficients^T + intercepts`` [N, classes] (onnxruntime's class
     count: the number of intercepts), the post_transform of them (NONE, LOGISTIC,
@@ -1901,7 +1889,7 @@ def _class_label(cx: _Converter, node: onnx.NodeProto, scores: str, labels: list
     return cx.emit(node, "gather", [_ml_constant(cx, node, "labels", np.asarray(labels, np.int64)), index], {"axis": 0})
 
 
-@_register_ml("LinearRegressor")
+@_register("LinearRegressor", domain="ai.onnx.ml")
 def _linear_regressor(cx: _Converter, node: onnx.NodeProto) -> str:
     """``X @ coefficients^T + intercepts`` [N, targets]. Float input only
     (onnxruntime's only kernel; onnx.reference rounds the coefficients to an integer
@@ -1923,7 +1911,7 @@ def _linear_regressor(cx: _Converter, node: onnx.NodeProto) -> str:
 _NORMS = {"MAX": ("reduce_max", None), "L1": ("reduce_sum", "abs"), "L2": ("reduce_sum", "square")}
 
 
-@_register_ml("Normalizer")
+@_register("Normalizer", domain="ai.onnx.ml")
 def _normalizer(cx: _Converter, node: onnx.NodeProto) -> str:
     """Each row (the last axis of [N, C] or [C]) divided by its norm z: MAX the
     largest value (the specification's ``max(x_i)``, as onnxruntime; onnx.reference
@@ -1946,7 +1934,7 @@ def _normalizer(cx: _Converter, node: onnx.NodeProto) -> str:
     return cx.emit(node, "div", [x, divisor])
 
 
-@_register_ml("Scaler")
+@_register("Scaler", domain="ai.onnx.ml")
 def _scaler(cx: _Converter, node: onnx.NodeProto) -> str:
     """``(X - offset) * scale`` in float32, per feature (the last axis of [N, C] or
     [C]) or by one value each: the two lengths onnxruntime takes."""
@@ -1960,7 +1948,7 @@ def _scaler(cx: _Converter, node: onnx.NodeProto) -> str:
     return cx.emit(node, "mul", [shifted, _ml_constant(cx, node, "scale", np.asarray(scale, np.float32))])
 
 
-@_register_ml("Binarizer")
+@_register("Binarizer", domain="ai.onnx.ml")
 def _binarizer(cx: _Converter, node: onnx.NodeProto) -> str:
     """1.0 where X > threshold (default 0), else 0.0; float input only (onnxruntime's
     only kernel). NaN gives 0, as onnx.reference (onnxruntime fails on it)."""
@@ -1972,7 +1960,7 @@ def _binarizer(cx: _Converter, node: onnx.NodeProto) -> str:
     return cx.emit(node, "cast", [above], {"dtype": dtype})
 
 
-@_register_ml("ZipMap")
+@_register("ZipMap", domain="ai.onnx.ml")
 def _zip_map(cx: _Converter, node: onnx.NodeProto) -> str:
     """Format v1 has no maps: ZipMap's sequence of maps ``{classlabels[j]: X[i, j]}``
     is kept as X itself, [N, C] (a [C] input is one map: [1, C]), a view named as

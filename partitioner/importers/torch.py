@@ -898,9 +898,14 @@ def _trunc_quotient(cx: _Converter, node: Node, a, b, dtype: str) -> str:
     single = not isinstance(b, str) or math.prod(cx.b.type(b).shape) == 1
     if dtype not in ("float16", "bfloat16") or not single:
         return cx.helper(node, "quotient", "div", [a, b])
-    a, b = (cx.helper(node, f"{k}_f32", "cast", [v], {"dtype": "float32"})
-            if isinstance(v, str) and cx.b.type(v).dtype != "float32" else v for k, v in (("a", a), ("b", b)))
-    return cx.helper(node, "quotient", "div", [a, b])
+    return cx.helper(node, "quotient", "div", _in_dtype(cx, node, "float32", a, b))
+
+
+def _in_dtype(cx: _Converter, node: Node, dtype: str, a, b) -> list:
+    """Operands ``a`` and ``b`` as ``dtype``: tensors of another dtype through a ``cast``
+    (``NODE_a_DTYPE``, ``NODE_b_DTYPE``), numbers as they are."""
+    return [cx.helper(node, f"{k}_{dtype}", "cast", [v], {"dtype": dtype})
+            if isinstance(v, str) and cx.b.type(v).dtype != dtype else v for k, v in (("a", a), ("b", b))]
 
 
 def _sign_correction(cx: _Converter, node: Node, a, b) -> str:
@@ -935,8 +940,7 @@ def _remainder(cx: _Converter, node: Node) -> str:
             raise Unmappable("integer remainder by 0 (ATen raises)")
         return cx.emit(node, "remainder", [a, b])
     compute = "float32" if dtype in ("float16", "bfloat16") else dtype
-    a, b = (cx.helper(node, f"{k}_{compute}", "cast", [v], {"dtype": compute})
-            if isinstance(v, str) and cx.b.type(v).dtype != compute else v for k, v in (("a", a), ("b", b)))
+    a, b = _in_dtype(cx, node, compute, a, b)
     mod = cx.helper(node, "fmod", "fmod", [a, b])
     nonzero = cx.helper(node, "nonzero", "ne", [mod, 0])
     mod_negative = cx.helper(node, "mod_neg", "lt", [mod, 0])
