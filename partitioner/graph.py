@@ -166,6 +166,27 @@ class Graph:
         """Storages that hold a graph output (directly or through a view)."""
         return frozenset(self.storage[t] for t in self.outputs)
 
+    @cached_property
+    def op_keys(self) -> tuple[int, ...]:
+        """Per op index, a small int naming what the op is apart from its name and
+        operands: kind, attributes, result type, computed dtype and whether it is a
+        view. Equal keys, equal ops (``Group.signature`` builds on them)."""
+        ids: dict[str, int] = {}
+        return tuple(ids.setdefault(repr((op.kind, sorted(op.attrs.items()), op.out, op.promoted, op.is_view)),
+                                    len(ids)) for op in self.ops.values())
+
+    @cached_property
+    def external_keys(self) -> dict[str, int]:
+        """Tensor -> a small int naming how it is read from outside a group that does not
+        produce it: its type, its storage's type and the views (``op_keys``) from its
+        storage to it. Equal keys, equal memory read the same way."""
+        ids: dict[str, int] = {}
+        chain: dict[str, tuple] = {name: () for name in self.inputs}
+        for name, op in self.ops.items():
+            chain[name] = (*chain[op.inputs[0]], self.op_keys[self.index[name]]) if op.is_view else ()
+        return {name: ids.setdefault(repr((self.tensor(name), self.tensor(self.storage[name]), chain[name])), len(ids))
+                for name in chain}
+
     # ------------------------------------------------------------ order and reachability
 
     @cached_property

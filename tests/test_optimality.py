@@ -7,13 +7,17 @@ makes compute, and so recomputation, decide plans."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from partitioner import IllegalPlan, evaluate, load_hardware, partition
+from partitioner import IllegalPlan, evaluate, load_graph, load_hardware, partition
 from partitioner.cost import OBJECTIVES, display_value, objective
+from partitioner.group import Group
+from partitioner.legality import is_legal
 from partitioner.strategies.candidates import enumerate_candidates
 from partitioner.strategies.ilp import structural_bound
 
@@ -21,6 +25,7 @@ from .conftest import make_graph, op
 from .random_graphs import small_graphs
 from .test_attention import legal_groups
 
+ROOT = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100")
 #: compute-bound: every peak a thousandth of the H100's
 SLOW = dataclasses.replace(H100, name="slow", peak_fp32_tflops=0.067, peak_fp64_tflops=0.034,
@@ -109,6 +114,56 @@ def test_enumeration_finds_every_legal_group_once(graph):
     found = enumerate_candidates(graph, H100, 64)
     assert found.complete and len(found.masks) == len(set(found.masks))
     assert set(found.masks) == legal_groups(graph)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=7, empty=True))
+def test_groups_with_one_signature_are_equally_legal_and_cost_the_same(graph):
+    """``Group.signature`` is all that legality and cost read of a group (the
+    enumeration decides each signature once): over every convex subset of a random
+    graph, groups of one signature get one verdict and one objective."""
+    seen = {}
+    ops = list(graph.ops)
+    for size in range(1, len(ops) + 1):
+        for members in itertools.combinations(ops, size):
+            group = Group.of(graph, members)
+            if group.mask != graph.convex_hull(group.mask) or not group.compute:
+                continue
+            legal = is_legal(group, H100)
+            costs = [objective(group, hw, kind) for hw in (H100, SLOW) for kind in OBJECTIVES] if legal else []
+            verdict = (legal, *costs)
+            assert seen.setdefault(group.signature, verdict) == verdict, members
+
+
+def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them(monkeypatch):
+    """On GPT-2 2L the layers repeat, so most groups are decided from a signature
+    already seen. The candidates and their costs are those of a search that decides
+    every group afresh and tests every op in every state (no signature memo, no
+    op dropped from an anchor's reach), and each cost is the group's own objective."""
+    from partitioner.strategies import candidates
+
+    graph = load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
+    fast = enumerate_candidates(graph, H100, 64)
+    for mask, cost in zip(fast.masks, fast.costs):
+        assert cost == objective(Group(graph, graph.convex_hull(mask)), H100, "time")
+    signatures = {Group(graph, graph.convex_hull(mask)).signature for mask in fast.masks}
+    assert len(signatures) < 0.75 * len(fast.masks)
+
+    class Forgetful(dict):
+        def __setitem__(self, key, value):
+            pass
+
+    init = candidates._Search.__init__
+
+    def forgetful(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.decided = Forgetful()
+
+    monkeypatch.setattr(candidates._Search, "__init__", forgetful)
+    monkeypatch.setattr(candidates._Search, "reachable", lambda self, job, ops: ops & job.universe)
+    slow = enumerate_candidates(graph, H100, 64)
+    assert sorted(zip(slow.masks, slow.costs)) == sorted(zip(fast.masks, fast.costs))
+    assert slow.states == fast.states and slow.work > fast.work
 
 
 def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(monkeypatch):

@@ -36,6 +36,13 @@ A branch of the search is cut only when no set in it can be legal:
   count leave (it must be written, or one of its readers leaks). So a small table
   every layer reads (RoPE's cos and sin) is not grown into each layer's prologue.
 
+An op whose convex hull with the anchor alone breaks a hereditary rule leaves that
+anchor's universe the first time it is met (``_Search.reachable``): no state of the
+anchor can take it, so testing it once per anchor instead of once per state finds
+the same sets. Each emitted group is decided (legality, then its objective) once
+per ``Group.signature``: the repeated layers of a network have the same groups up
+to names, and legality and cost read nothing else.
+
 Each anchor's search is a resumable job; the state budget is shared out in passes
 (``enumerate_candidates``).
 """
@@ -73,13 +80,17 @@ class _Job:
     universe: int
     later: int
     work: int = 0
+    seed: tuple[int, int, int] = (0, 0, 0)  # the anchor's ops, their descendants, their ancestors
+    tried: int = 0  # ops already tested against the seed (see _Search.reachable)
 
 
 # The search's work, in units of about the same CPU time each (2-core development
 # machine: 6-13 us a unit on the corpus, the ladder and 14 sibling slices, where a state
-# alone costs 60-430 us): a state visited, a hull checked, and, weighted by what checking
-# and pricing a group costs, a legal group emitted.
+# alone costs 60-430 us): a state visited, a hull checked, and, weighted by what each
+# costs, a group of a new signature decided (checked and priced) and a legal group
+# emitted (its signature computed, about 35 us on GPT-2 48L).
 CANDIDATE_WORK = 30
+SIGNATURE_WORK = 3
 # Work one anchor may do (the real graphs of graphs/ need at most ~500,000), so that a
 # pathological fan-out cannot starve the other anchors; past it the enumeration is
 # incomplete and the ILP says so.
@@ -146,7 +157,10 @@ class _Search:
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
         self.pointwise &= graph.compute_mask
+        self.readers_of = [graph.storage_readers.get(name, 0) for name in graph.order]
+        self.output = [name in graph.output_storages for name in graph.order]
         self.hull_ok: dict[int, bool] = {}
+        self.decided: dict[tuple, tuple[bool, int]] = {}  # Group.signature -> (legal, objective)
         self.leaking: dict[tuple[int, int], bool] = {}
         self.masks: list[int] = []
         self.costs: list[int] = []
@@ -168,23 +182,21 @@ class _Search:
         return mask | (1 << i) | ((below | g.descendants_mask[i]) & (above | g.ancestors_mask[i]))
 
     def must_writes(self, mask: int, below: int, above: int, addable: int) -> list[int]:
-        """Members whose value every set of this branch writes."""
-        g = self.graph
+        """Members whose value every set of this branch writes: a graph output, or one
+        read by an op the branch can no longer add, or whose hull with the set breaks a
+        hereditary rule. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
+        bitset as wide as the graph.)"""
+        readers_of, output = self.readers_of, self.output
+        keep = mask | addable
         out = []
-        rest = mask
-        while rest:
-            low = rest & -rest
-            rest ^= low
-            i = low.bit_length() - 1
-            name = g.order[i]
-            readers = g.storage_readers.get(name, 0) & ~mask
-            if name in g.output_storages or readers & ~addable:
+        for i in bits(mask):
+            readers = readers_of[i]
+            if output[i] or readers ^ (readers & keep):
                 out.append(i)
                 continue
-            while readers:
-                bit = readers & -readers
-                readers ^= bit
-                if not self.viable(self.hull_with(mask, below, above, bit.bit_length() - 1)):
+            readers ^= readers & mask
+            for r in bits(readers):
+                if not self.viable(self.hull_with(mask, below, above, r)):
                     out.append(i)
                     break
         return out
@@ -235,20 +247,43 @@ class _Search:
         if (hull ^ mask) & self.graph.compute_mask:
             return  # not convex: the hull takes in another compute op
         group = Group(self.graph, hull)
-        if is_legal(group, self.hw, self.max_ops):
-            self.masks.append(mask)
-            self.costs.append(objective(group, self.hw, self.kind))
+        key = group.signature
+        decided = self.decided.get(key)
+        if decided is None:
+            legal = is_legal(group, self.hw, self.max_ops)
+            decided = self.decided[key] = (legal, objective(group, self.hw, self.kind) if legal else 0)
             self.work += CANDIDATE_WORK
+        if decided[0]:
+            self.masks.append(mask)
+            self.costs.append(decided[1])
+            self.work += SIGNATURE_WORK
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
                 raise _Stop
 
+    def reachable(self, job: _Job, ops: int) -> int:
+        """``ops`` less those no set holding the job's anchor can take: the convex hull
+        of the anchor with the op breaks a hereditary rule, so every state's would.
+        They leave the job's universe for good (tested once per op and job, not per
+        state: a tensor every layer reads has readers in every layer, of which only
+        the nearest can share a group)."""
+        untried = ops & job.universe & ~job.tried
+        if untried:
+            job.tried |= untried
+            seed, below, above = job.seed
+            for w in bits(untried):
+                if not self.viable(self.hull_with(seed, below, above, w)):
+                    job.universe &= ~(1 << w)
+        return ops & job.universe
+
     def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
         """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
         g = self.graph
-        start = self.adj[anchor] & universe
-        return _Job(kind, anchor, [(1 << anchor, start & later, start | (1 << anchor), g.descendants_mask[anchor],
-                                    g.ancestors_mask[anchor])], universe, later)
+        seed = (1 << anchor, g.descendants_mask[anchor], g.ancestors_mask[anchor])
+        job = _Job(kind, anchor, [], universe, later, seed=seed, tried=1 << anchor)
+        start = self.reachable(job, self.adj[anchor])
+        job.stack.append((1 << anchor, start & later, start | (1 << anchor), seed[1], seed[2]))
+        return job
 
     def seeded_job(self, p: Pair, universe: int) -> _Job:
         """ESU from the attention pair ``p``'s seed (its two contractions and every
@@ -261,15 +296,17 @@ class _Search:
             near |= self.adj[i]
             below |= g.descendants_mask[i]
             above |= g.ancestors_mask[i]
-        start = near & universe & ~seed
-        return _Job("attention", p, [(seed, start, start | seed, below, above)], universe, -1)
+        job = _Job("attention", p, [], universe, -1, seed=(seed, below, above), tried=seed)
+        start = self.reachable(job, near & ~seed)
+        job.stack.append((seed, start, start | seed, below, above))
+        return job
 
     def search(self, job: _Job) -> None:
         """The ESU loop over ``job.stack`` (states: mask, extension, closed, below,
         above) for groups of ``job.kind`` around ``job.anchor`` (an op index, or an
         attention :class:`Pair`). Stops with :class:`_AnchorFull` before a state past
         the anchor's share, leaving the job resumable."""
-        kind, anchor, stack, universe, later = job.kind, job.anchor, job.stack, job.universe, job.later
+        kind, anchor, stack, later = job.kind, job.anchor, job.stack, job.later
         g, adj = self.graph, self.adj
         while stack:
             if self.work >= self.anchor_budget:
@@ -282,6 +319,7 @@ class _Search:
             self.work += 1
             if self.states % 2048 == 0 and self.tick is not None:
                 self.tick(len(self.masks))
+            universe = job.universe  # shrinks as ops are found out of the anchor's reach
             addable = ext | (universe & later & ~closed)
             if kind != "reduction" and self.conflict(kind, anchor, mask, below, above, addable):
                 continue
@@ -293,8 +331,8 @@ class _Search:
                 w = low.bit_length() - 1
                 if not self.viable(self.hull_with(mask, below, above, w)):
                     continue
-                fresh = adj[w] & universe & later & ~closed
-                children.append((mask | low, ext | fresh, closed | (adj[w] & universe),
+                fresh = self.reachable(job, adj[w] & later & ~closed)
+                children.append((mask | low, ext | fresh, closed | (adj[w] & job.universe),
                                  below | g.descendants_mask[w], above | g.ancestors_mask[w]))
             # the first child excludes the fewest ops: explore it first, so that large
             # groups are found early even when a budget cuts the search short
