@@ -21,10 +21,12 @@ from .ops import REGISTRY, OpSpec, TensorType, normalize_axes
 def bits(mask: int) -> list[int]:
     """Indices of the set bits of ``mask`` (op positions of a bitset), ascending."""
     out = []
-    while mask:
-        low = mask & -mask
-        out.append(low.bit_length() - 1)
-        mask ^= low
+    shift = 0
+    while mask:  # shifting the rest down keeps a sparse bitset of a whole network short
+        low = (mask & -mask).bit_length()
+        shift += low
+        out.append(shift - 1)
+        mask >>= low
     return out
 
 
@@ -176,16 +178,37 @@ class Graph:
                                     len(ids)) for op in self.ops.values())
 
     @cached_property
-    def external_keys(self) -> dict[str, int]:
-        """Tensor -> a small int naming how it is read from outside a group that does not
-        produce it: its type, its storage's type and the views (``op_keys``) from its
-        storage to it. Equal keys, equal memory read the same way."""
+    def operand_keys(self) -> tuple[tuple[tuple, ...], ...]:
+        """Per op index, its operands as ``Group.signature`` reads them: a literal as
+        ``(None, None, (type, repr))``; a tensor as ``(tensor, storage, key)``, the key
+        a small int naming how it is read from outside a group that does not produce
+        it (its type, its storage's type and the views, by ``op_keys``, from its
+        storage to it: equal keys, equal memory read the same way)."""
         ids: dict[str, int] = {}
         chain: dict[str, tuple] = {name: () for name in self.inputs}
         for name, op in self.ops.items():
             chain[name] = (*chain[op.inputs[0]], self.op_keys[self.index[name]]) if op.is_view else ()
-        return {name: ids.setdefault(repr((self.tensor(name), self.tensor(self.storage[name]), chain[name])), len(ids))
-                for name in chain}
+        key = {name: ids.setdefault(repr((self.tensor(name), self.tensor(self.storage[name]), chain[name])), len(ids))
+               for name in chain}
+        return tuple(tuple((None, None, (type(t).__name__, repr(t))) if not isinstance(t, str)
+                           else (t, self.storage[t], key[t]) for t in op.inputs) for op in self.ops.values())
+
+    @cached_property
+    def sink_mask(self) -> int:
+        """Bitset of the compute ops whose value nothing reads and no output holds: a
+        sink of every group that computes it."""
+        return self.mask(name for name in self.names(self.compute_mask)
+                         if not self.storage_readers.get(name, 0) and name not in self.output_storages)
+
+    @cached_property
+    def readers_of(self) -> tuple[int, ...]:
+        """Per op index, ``storage_readers`` of its result (0 for a view)."""
+        return tuple(self.storage_readers.get(name, 0) for name in self.order)
+
+    @cached_property
+    def writes_out(self) -> tuple[bool, ...]:
+        """Per op index, whether its result's storage holds a graph output."""
+        return tuple(name in self.output_storages for name in self.order)
 
     # ------------------------------------------------------------ order and reachability
 
@@ -324,11 +347,12 @@ class Graph:
     def names(self, mask: int, limit: int | None = None) -> list[str]:
         """Op names of a bitset, in topological order (the first ``limit`` of them, if given:
         each costs a pass over the whole bitset)."""
-        out = []
+        out, order, shift = [], self.order, 0
         while mask and len(out) != limit:
-            low = mask & -mask
-            out.append(self.order[low.bit_length() - 1])
-            mask ^= low
+            low = (mask & -mask).bit_length()
+            shift += low
+            out.append(order[shift - 1])
+            mask >>= low
         return out
 
     def convex_hull(self, mask: int) -> int:

@@ -52,23 +52,22 @@ class Group:
         """The group up to the names of its ops and tensors: per member, in order, what
         it is (``Graph.op_keys``), where each operand comes from (a member's position,
         a literal, or an outside storage numbered in first-read order with how it is
-        read, ``Graph.external_keys``) and whether its value is written. Legality and
+        read: ``Graph.operand_keys``) and whether its value is written. Legality and
         cost read nothing else of a group, so groups with equal signatures (a
         repeated layer's) are equally legal and cost the same; the candidate
         enumeration decides each signature once."""
-        g = self.graph
+        g, mask = self.graph, self.mask
         local = {name: k for k, name in enumerate(self.ops)}
         outside: dict[str, int] = {}
         out = []
         for name in self.ops:
-            op = g.ops[name]
-            operands = tuple(
-                ("c", type(t).__name__, repr(t)) if not isinstance(t, str)
-                else ("m", local[t]) if t in local
-                else ("x", outside.setdefault(g.storage[t], len(outside)), g.external_keys[t])
-                for t in op.inputs)
-            written = name in g.output_storages or bool(g.storage_readers.get(name, 0) & ~self.mask)
-            out.append((g.op_keys[g.index[name]], operands, written))
+            i = g.index[name]
+            operands = tuple(key if tensor is None else local[tensor] if tensor in local
+                             else (outside.setdefault(storage, len(outside)), key)
+                             for tensor, storage, key in g.operand_keys[i])
+            readers = g.readers_of[i]
+            written = g.writes_out[i] or readers != readers & mask
+            out.append((g.op_keys[i], operands, written))
         return tuple(out)
 
     @cached_property

@@ -182,24 +182,21 @@ def _contraction_violation(g: Graph, contractions: int, reductions: int) -> Ille
 # ---------------------------------------------------------------- kind rules
 
 
-def _dead(g: Graph, name: str) -> bool:
-    """A value nothing reads and no output holds: a sink in every group that computes it."""
-    return not g.storage_readers.get(name, 0) and name not in g.output_storages
-
-
 def _pointwise_rules(g: Graph, mask: int, written: set[str]) -> IllegalPlan | None:
-    outs = [t for t in g.names(mask & g.compute_mask) if t in written or _dead(g, t)]
-    numels = {g.tensor(t).numel for t in outs}
-    if len(numels) > 1:
-        a = outs[0]
-        b = next(t for t in outs if g.tensor(t).numel != g.tensor(a).numel)
-        return IllegalPlan(
-            "pointwise.iteration_space",
-            f"'{a}' {list(g.tensor(a).shape)} and '{b}' {list(g.tensor(b).shape)} leave the group with different "
-            "element counts; a pointwise kernel has one iteration space",
-            (a, b),
-        )
-    return None
+    """One iteration space: the values that leave the group (``written`` members, and
+    sinks: values nothing reads and no output holds) share one element count."""
+    outs = [*written, *g.names(mask & g.sink_mask)]
+    if len({g.tensor(t).numel for t in outs}) < 2:
+        return None
+    outs.sort(key=g.index.__getitem__)
+    a = outs[0]
+    b = next(t for t in outs if g.tensor(t).numel != g.tensor(a).numel)
+    return IllegalPlan(
+        "pointwise.iteration_space",
+        f"'{a}' {list(g.tensor(a).shape)} and '{b}' {list(g.tensor(b).shape)} leave the group with different "
+        "element counts; a pointwise kernel has one iteration space",
+        (a, b),
+    )
 
 
 def _contraction_rules(g: Graph, anchor: int, mask: int, written: set[str]) -> IllegalPlan | None:

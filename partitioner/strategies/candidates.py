@@ -157,11 +157,10 @@ class _Search:
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
         self.pointwise &= graph.compute_mask
-        self.readers_of = [graph.storage_readers.get(name, 0) for name in graph.order]
-        self.output = [name in graph.output_storages for name in graph.order]
         self.hull_ok: dict[int, bool] = {}
         self.decided: dict[tuple, tuple[bool, int]] = {}  # Group.signature -> (legal, objective)
         self.leaking: dict[tuple[int, int], bool] = {}
+        self.leak_masks: dict[int, tuple[int, int]] = {}  # element count -> ops that leak it, ops that do not
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.states = self.work = 0
@@ -181,39 +180,51 @@ class _Search:
         g = self.graph
         return mask | (1 << i) | ((below | g.descendants_mask[i]) & (above | g.ancestors_mask[i]))
 
-    def must_writes(self, mask: int, below: int, above: int, addable: int) -> list[int]:
-        """Members whose value every set of this branch writes: a graph output, or one
-        read by an op the branch can no longer add, or whose hull with the set breaks a
-        hereditary rule. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
+    def must_writes(self, mask: int, below: int, above: int, addable: int, known: int) -> int:
+        """Members (a bitset) whose value every set of this branch writes: a graph
+        output, or one read by an op the branch can no longer add, or whose hull with
+        the set breaks a hereditary rule. ``known`` are members already found so in
+        an enclosing branch: they stay so, since a sub-branch can add fewer ops and
+        its hulls are larger. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
         bitset as wide as the graph.)"""
-        readers_of, output = self.readers_of, self.output
+        readers_of, output = self.graph.readers_of, self.graph.writes_out
         keep = mask | addable
-        out = []
-        for i in bits(mask):
+        out = known
+        for i in bits(mask ^ known):
             readers = readers_of[i]
             if output[i] or readers ^ (readers & keep):
-                out.append(i)
+                out |= 1 << i
                 continue
             readers ^= readers & mask
-            for r in bits(readers):
+            for r in bits(readers) if readers else ():
                 if not self.viable(self.hull_with(mask, below, above, r)):
-                    out.append(i)
+                    out |= 1 << i
                     break
         return out
 
-    def conflict(self, kind: str, anchor, mask: int, below: int, above: int, addable: int) -> bool:
-        """Whether no set of this branch can be legal: the values it must write already
-        break a rule of its kind (``legality.written_violation``), or, for a pointwise
-        set, they leave with one element count and a member is bound to make another
-        leave (:meth:`leaks`)."""
+    def conflict(self, kind: str, anchor, mask: int, below: int, above: int, addable: int,
+                 known: int) -> tuple[bool, int]:
+        """Whether no set of this branch can be legal: the values it must write
+        (:meth:`must_writes`, returned too) already break a rule of its kind
+        (``legality.written_violation``), or, for a pointwise set, they leave with one
+        element count and a member is bound to make another leave (:meth:`leaks`)."""
         g = self.graph
-        must = {g.order[i] for i in self.must_writes(mask, below, above, addable)}
+        writes = self.must_writes(mask, below, above, addable, known)
+        must = set(g.names(writes))
         if written_violation(g, kind, anchor, mask, must) is not None:
-            return True
+            return True, writes
         if kind != "pointwise" or not must:
-            return False
+            return False, writes
         numel = g.tensor(next(iter(must))).numel
-        return any(self.leaks(i, numel) for i in bits(mask))
+        leaking, sealed = self.leak_masks.get(numel, (0, 0))  # members known to leak, not to leak
+        unknown = mask ^ (mask & (leaking | sealed))
+        for i in bits(unknown):
+            if self.leaks(i, numel):
+                leaking |= 1 << i
+                break
+            sealed |= 1 << i
+        self.leak_masks[numel] = (leaking, sealed)
+        return bool(mask & leaking), writes
 
     def leaks(self, i: int, numel: int) -> bool:
         """Whether every pointwise group holding op ``i`` has a value of other than
@@ -282,7 +293,7 @@ class _Search:
         seed = (1 << anchor, g.descendants_mask[anchor], g.ancestors_mask[anchor])
         job = _Job(kind, anchor, [], universe, later, seed=seed, tried=1 << anchor)
         start = self.reachable(job, self.adj[anchor])
-        job.stack.append((1 << anchor, start & later, start | (1 << anchor), seed[1], seed[2]))
+        job.stack.append((1 << anchor, start & later, start | (1 << anchor), seed[1], seed[2], 0))
         return job
 
     def seeded_job(self, p: Pair, universe: int) -> _Job:
@@ -298,13 +309,13 @@ class _Search:
             above |= g.ancestors_mask[i]
         job = _Job("attention", p, [], universe, -1, seed=(seed, below, above), tried=seed)
         start = self.reachable(job, near & ~seed)
-        job.stack.append((seed, start, start | seed, below, above))
+        job.stack.append((seed, start, start | seed, below, above, 0))
         return job
 
     def search(self, job: _Job) -> None:
         """The ESU loop over ``job.stack`` (states: mask, extension, closed, below,
-        above) for groups of ``job.kind`` around ``job.anchor`` (an op index, or an
-        attention :class:`Pair`). Stops with :class:`_AnchorFull` before a state past
+        above, the members known to be written) for groups of ``job.kind`` around
+        ``job.anchor`` (an op index, or an attention :class:`Pair`). Stops with :class:`_AnchorFull` before a state past
         the anchor's share, leaving the job resumable."""
         kind, anchor, stack, later = job.kind, job.anchor, job.stack, job.later
         g, adj = self.graph, self.adj
@@ -314,15 +325,17 @@ class _Search:
             if self.work >= self.max_work:
                 self.stopped.append("work")
                 raise _Stop
-            mask, ext, closed, below, above = stack.pop()
+            mask, ext, closed, below, above, must = stack.pop()
             self.states += 1
             self.work += 1
             if self.states % 2048 == 0 and self.tick is not None:
                 self.tick(len(self.masks))
             universe = job.universe  # shrinks as ops are found out of the anchor's reach
             addable = ext | (universe & later & ~closed)
-            if kind != "reduction" and self.conflict(kind, anchor, mask, below, above, addable):
-                continue
+            if kind != "reduction":
+                doomed, must = self.conflict(kind, anchor, mask, below, above, addable, must)
+                if doomed:
+                    continue
             self.emit(mask, mask | (below & above))
             children = []
             while ext:
@@ -333,7 +346,7 @@ class _Search:
                     continue
                 fresh = self.reachable(job, adj[w] & later & ~closed)
                 children.append((mask | low, ext | fresh, closed | (adj[w] & job.universe),
-                                 below | g.descendants_mask[w], above | g.ancestors_mask[w]))
+                                 below | g.descendants_mask[w], above | g.ancestors_mask[w], must))
             # the first child excludes the fewest ops: explore it first, so that large
             # groups are found early even when a budget cuts the search short
             stack.extend(reversed(children))

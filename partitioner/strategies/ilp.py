@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 import networkx as nx
+from networkx.utils import UnionFind
 from ortools.sat.python import cp_model
 
 from .. import attention
@@ -234,16 +235,15 @@ def overlap_components(masks: list[int]) -> list[list[int]]:
     overlap (two candidates are linked when they share an op), in order of each
     component's first op. No candidate spans two components, so each component's
     exact cover can be chosen on its own and the plan's cost is their sum."""
-    overlap = nx.Graph()
-    for mask in masks:
-        first, *rest = bits(mask)
-        overlap.add_node(first)
-        overlap.add_edges_from((first, i) for i in rest)
-    component = {i: min(ops) for ops in nx.connected_components(overlap) for i in ops}
+    ops = UnionFind()
+    firsts = [(mask & -mask).bit_length() - 1 for mask in masks]
+    for mask, first in zip(masks, firsts):
+        ops.union(first, *bits(mask ^ (1 << first)))
     parts: dict[int, list[int]] = {}
-    for k, mask in enumerate(masks):
-        parts.setdefault(component[bits(mask)[0]], []).append(k)
-    return [parts[r] for r in sorted(parts)]
+    for k, first in enumerate(firsts):
+        parts.setdefault(ops[first], []).append(k)
+    # a part's first op is the first op of one of its candidates
+    return sorted(parts.values(), key=lambda part: min(firsts[k] for k in part))
 
 
 @dataclass

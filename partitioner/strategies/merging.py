@@ -49,6 +49,7 @@ class Merging:
                 self._succ[i].add(j)
                 self._pred[j].add(i)
         self._legal: dict[int, Group | None] = {}
+        self._decided: dict[tuple, bool] = {}  # Group.signature -> is_legal
         self._groups: dict[int, Group] = {}
         self.frozen: set[int] = set()
 
@@ -80,10 +81,14 @@ class Merging:
 
     def legal_group(self, mask: int) -> Group | None:
         """The group of compute ops ``mask`` if it is convex and ``legality`` accepts
-        it, else ``None`` (cached per mask)."""
+        it, else ``None`` (cached per mask, and decided once per ``Group.signature``)."""
         if mask not in self._legal:
             group = group_of(self.graph, mask)
-            ok = group is not None and is_legal(group, self.hw, self.max_ops)
+            ok = False
+            if group is not None:  # decided once per signature: a repeated layer's merges are the same
+                ok = self._decided.get(group.signature)
+                if ok is None:
+                    ok = self._decided[group.signature] = is_legal(group, self.hw, self.max_ops)
             self._legal[mask] = group if ok else None
         return self._legal[mask]
 
