@@ -228,21 +228,27 @@ def test_gpt2_attention_traffic_leaves_the_plan():
 # ---------------------------------------------------------------- enumeration and exactness
 
 
-def legal_groups(graph):
-    """Every legal group of ``graph`` by brute force over all subsets of its ops
-    (with legality alone), as compute-op masks."""
-    found = set()
+def convex_groups(graph):
+    """Every convex subset of ``graph``'s ops holding a compute op, as a Group, by
+    brute force over all subsets."""
     ops = list(graph.ops)
     for size in range(1, len(ops) + 1):
         for members in itertools.combinations(ops, size):
             group = Group.of(graph, members)
-            if group.mask != graph.convex_hull(group.mask) or not group.compute:
-                continue
-            try:
-                check_group(group, H100)
-            except IllegalPlan:
-                continue
-            found.add(group.compute_mask)
+            if group.mask == graph.convex_hull(group.mask) and group.compute:
+                yield group
+
+
+def legal_groups(graph):
+    """Every legal group of ``graph`` by brute force over all subsets of its ops
+    (with legality alone), as compute-op masks."""
+    found = set()
+    for group in convex_groups(graph):
+        try:
+            check_group(group, H100)
+        except IllegalPlan:
+            continue
+        found.add(group.compute_mask)
     return found
 
 

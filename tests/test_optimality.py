@@ -7,7 +7,6 @@ makes compute, and so recomputation, decide plans."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from partitioner.strategies.ilp import structural_bound
 
 from .conftest import make_graph, op
 from .random_graphs import small_graphs
-from .test_attention import legal_groups
+from .test_attention import convex_groups, legal_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100")
@@ -123,16 +122,11 @@ def test_groups_with_one_signature_are_equally_legal_and_cost_the_same(graph):
     enumeration decides each signature once): over every convex subset of a random
     graph, groups of one signature get one verdict and one objective."""
     seen = {}
-    ops = list(graph.ops)
-    for size in range(1, len(ops) + 1):
-        for members in itertools.combinations(ops, size):
-            group = Group.of(graph, members)
-            if group.mask != graph.convex_hull(group.mask) or not group.compute:
-                continue
-            legal = is_legal(group, H100)
-            costs = [objective(group, hw, kind) for hw in (H100, SLOW) for kind in OBJECTIVES] if legal else []
-            verdict = (legal, *costs)
-            assert seen.setdefault(group.signature, verdict) == verdict, members
+    for group in convex_groups(graph):
+        legal = is_legal(group, H100)
+        costs = [objective(group, hw, kind) for hw in (H100, SLOW) for kind in OBJECTIVES] if legal else []
+        verdict = (legal, *costs)
+        assert seen.setdefault(group.signature, verdict) == verdict, group.ops
 
 
 def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them(monkeypatch):

@@ -217,7 +217,9 @@ class _Search:
             return False, writes
         numel = g.tensor(next(iter(must))).numel
         leaking, sealed = self.leak_masks.get(numel, (0, 0))  # members known to leak, not to leak
-        unknown = mask ^ (mask & (leaking | sealed))
+        if mask & leaking:
+            return True, writes
+        unknown = mask ^ (mask & sealed)
         for i in bits(unknown):
             if self.leaks(i, numel):
                 leaking |= 1 << i
@@ -315,8 +317,9 @@ class _Search:
     def search(self, job: _Job) -> None:
         """The ESU loop over ``job.stack`` (states: mask, extension, closed, below,
         above, the members known to be written) for groups of ``job.kind`` around
-        ``job.anchor`` (an op index, or an attention :class:`Pair`). Stops with :class:`_AnchorFull` before a state past
-        the anchor's share, leaving the job resumable."""
+        ``job.anchor`` (an op index, or an attention :class:`Pair`). Stops with
+        :class:`_AnchorFull` before a state past the anchor's share, leaving the job
+        resumable."""
         kind, anchor, stack, later = job.kind, job.anchor, job.stack, job.later
         g, adj = self.graph, self.adj
         while stack:
