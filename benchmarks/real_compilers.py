@@ -1,0 +1,99 @@
+"""Kernel counts of the real compilers against our baselines, on CPU.
+
+Run: python benchmarks/real_compilers.py [GRAPH ...] [--batch N] [--seq N]
+
+Each graph (default: gpt2_2l_b8_s1024_f16 and bert_base_2l_b32_s128_f16) is built
+as ``graphs/export_models.py`` builds it (the same transformers config, precision
+and eager attention), with real weights on the CPU, exported with
+``torch.export`` and compiled by TorchInductor (``torch.compile`` of the exported
+module, default options). Its kernels are counted in the output code's ``call``:
+generated C++ kernels, extern kernels (Inductor's matmul calls) and ATen
+fallbacks, each call once. Ours are the launches of the ``inductor`` and ``tvm``
+baselines' plans of the corpus graph in ``graphs/``. TVM is compiled only where it
+is installed (``import tvm``); else its row says so. Needs the corpus extra
+(torch, transformers); GPT-2 2L takes about 3.5 CPU minutes here at its corpus
+shape, most of it running the compiled model once in float16 on the CPU.
+
+``--batch``/``--seq`` shrink the input (faster; Inductor's choices can depend on
+shapes, so the corpus shape is the default). Counts are measured in this run, on
+this machine's CPU backend; see docs/baselines.md for what differs on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ("gpt2_2l_b8_s1024_f16", "bert_base_2l_b32_s128_f16")
+#: How a kernel call appears in Inductor's CPU output code.
+KERNEL_CALLS = {"generated": r"\bcpp_fused_\w+\(", "extern": r"\bextern_kernels\.\w+\(",
+                "fallback": r"\btorch\.ops\.aten\.\w+\.\w+\("}
+
+
+def inductor_kernels(name: str, batch: int | None, seq: int | None) -> dict[str, int]:
+    """Kernel calls per kind (:data:`KERNEL_CALLS`) of TorchInductor's code for the
+    corpus model ``name``, compiled and run once on the CPU."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    sys.path.insert(0, str(ROOT / "graphs"))
+    from export_models import MODELS, build
+
+    spec = next(m for m in MODELS if m.name == name)
+    shape = list(spec.input_shape)
+    shape[0] = batch or shape[0]
+    shape[1] = seq or shape[1]
+    meta, _ = build(spec)
+    model = meta.to_empty(device="cpu")
+    with torch.no_grad():
+        for tensor in (*model.parameters(), *model.buffers()):
+            tensor.normal_(0, 0.02) if tensor.is_floating_point() else tensor.zero_()
+        example = torch.zeros(shape, dtype=getattr(torch, spec.input_dtype))
+        program = torch.export.export(model, (example,))
+        _, codes = run_and_get_code(torch.compile(program.module()), example)
+    call = "\n".join(code[code.find("def call("):] for code in codes)
+    return {kind: len(re.findall(pattern, call)) for kind, pattern in KERNEL_CALLS.items()}
+
+
+def our_launches(name: str, strategy: str) -> int:
+    from partitioner import load_graph, partition
+
+    return partition(load_graph(ROOT / "graphs" / f"{name}.yaml"), strategy).cost.launches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("graphs", nargs="*", default=list(DEFAULT))
+    parser.add_argument("--batch", type=int, help="input batch (default: the corpus graph's)")
+    parser.add_argument("--seq", type=int, help="input sequence length (default: the corpus graph's)")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        import torch
+        import transformers
+    except ImportError as exc:
+        sys.exit(f"real_compilers.py: {exc.name} is not installed (pip install -e '.[corpus]')")
+    try:
+        import tvm  # noqa: F401
+        tvm_note = "installed; this script compiles with Inductor only"
+    except ImportError:
+        tvm_note = "not installed"
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}; real kernel counts measured in "
+          "this run on the CPU (Inductor's C++ backend); ours are the baselines' plan launches (modelled plans)\n")
+    print("| graph | real Inductor kernels (generated + extern + fallback) | ours: inductor | ours / real "
+          "| real TVM | ours: tvm |")
+    print("|---|---|---|---|---|---|")
+    for name in args.graphs:
+        real = inductor_kernels(name, args.batch, args.seq)
+        total = sum(real.values())
+        ours = our_launches(name, "inductor")
+        print(f"| {name} | {total} ({real['generated']} + {real['extern']} + {real['fallback']}) | {ours} | "
+              f"{ours / total:.2f} | {tvm_note} | {our_launches(name, 'tvm')} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
