@@ -40,13 +40,13 @@ def inductor_kernels(name: str, batch: int | None, seq: int | None) -> dict[str,
     import torch
     from torch._inductor.utils import run_and_get_code
 
-    sys.path.insert(0, str(ROOT / "graphs"))
     from export_models import MODELS, build
 
     spec = next(m for m in MODELS if m.name == name)
     shape = list(spec.input_shape)
     shape[0] = batch or shape[0]
-    shape[1] = seq or shape[1]
+    if spec.input_dtype == "int64":  # token ids: (batch, sequence)
+        shape[1] = seq or shape[1]
     meta, _ = build(spec)
     model = meta.to_empty(device="cpu")
     with torch.no_grad():
@@ -76,7 +76,16 @@ def main() -> None:
         import torch
         import transformers
     except ImportError as exc:
-        sys.exit(f"real_compilers.py: {exc.name} is not installed (pip install -e '.[corpus]')")
+        print(f"real_compilers.py: {exc.name} is not installed (pip install -e '.[corpus]')", file=sys.stderr)
+        sys.exit(2)
+    sys.path.insert(0, str(ROOT / "graphs"))
+    from export_models import MODELS
+
+    unknown = [name for name in args.graphs if name not in {m.name for m in MODELS}]
+    if unknown:
+        print(f"real_compilers.py: {unknown[0]}: not a corpus model of graphs/export_models.py "
+              f"(known: {', '.join(m.name for m in MODELS)})", file=sys.stderr)
+        sys.exit(2)
     try:
         import tvm  # noqa: F401
         tvm_note = "installed; this script compiles with Inductor only"
