@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
-        parser.error("--time-limit must be a positive number of seconds")
+        parser.error("--time-limit must be a positive, finite number of seconds")
     if args.max_ops < 1:
         parser.error("--max-ops must be at least 1")
     if args.emit and not args.out:

@@ -219,13 +219,19 @@ def advantage_lines(plans: list[Plan]) -> list[str]:
     """The ILP's modelled saving over the best heuristic, and over the best production
     compiler baseline when the comparison has one."""
     lines = []
+    compared = {p.strategy for p in plans}
     for among, what in ((HEURISTICS, "best heuristic"), (COMPILERS, "best compiler baseline")):
         adv = ilp_advantage(plans, among)
-        if adv is not None:
-            less = "less modelled energy" if adv["objective"] == "energy" else (
-                "less modelled time" if adv["objective"] == "time" else "less modelled traffic time")
-            lines.append(f"ilp vs {what} ({adv['best']}): {adv['ilp_value']:,.1f} {adv['unit']} vs "
-                         f"{adv['best_value']:,.1f} {adv['unit']}, {adv['saving']:.2%} {less}")
+        if adv is None:
+            continue
+        if len(compared & set(among)) == 1:  # one rival only: name it, not "the best"
+            what = f"{adv['best']} (the only {what.split(maxsplit=1)[1]} compared)"
+        else:
+            what = f"{what} ({adv['best']})"
+        less = "less modelled energy" if adv["objective"] == "energy" else (
+            "less modelled time" if adv["objective"] == "time" else "less modelled traffic time")
+        lines.append(f"ilp vs {what}: {adv['ilp_value']:,.1f} {adv['unit']} vs "
+                     f"{adv['best_value']:,.1f} {adv['unit']}, {adv['saving']:.2%} {less}")
     return lines
 
 

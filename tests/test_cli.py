@@ -104,6 +104,14 @@ def test_progress_goes_to_stderr_only_on_a_terminal(monkeypatch, capsys):
     assert "best 110.0 us" in err and "bound 100.0 us" in err and "gap 9.09%" in err
 
 
+def test_a_report_without_compare_names_greedy_as_the_only_heuristic_compared(capsys):
+    """Without --compare only greedy is planned beside the ilp: the saving line says
+    so, rather than calling greedy the best heuristic."""
+    assert cli.main([GRAPH, "--report"]) == 0
+    out = capsys.readouterr().out
+    assert "ilp vs greedy (the only heuristic compared)" in out and "best heuristic" not in out
+
+
 def test_compare_reports_every_strategy_and_the_ilp_advantage(capsys):
     assert cli.main([GRAPH, "--report", "--compare"]) == 0
     out = capsys.readouterr().out
