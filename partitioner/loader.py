@@ -54,6 +54,8 @@ def _reject_duplicate_keys(pairs):
 def _parse(path: Path) -> Any:
     label = str(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise GraphError(f"{label}: is a directory; expected a graph file (.yaml, .yml or .json)")
     if suffix not in (".yaml", ".yml", ".json"):
         raise GraphError(f"{label}: unknown file type {suffix or '(none)'!r}; expected .yaml, .yml or .json")
     try:

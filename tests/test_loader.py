@@ -220,6 +220,10 @@ def test_unreadable_and_unknown_suffix(tmp_path):
         load_graph(tmp_path / "missing.yaml")
     with pytest.raises(GraphError, match="unknown file type"):
         load_graph(write(tmp_path, GOOD, "g.txt"))
+    (tmp_path / "graphs.yaml").mkdir()
+    for folder in (tmp_path, tmp_path / "graphs.yaml"):  # a folder, named like a graph or not
+        with pytest.raises(GraphError, match="is a directory"):
+            load_graph(folder)
 
 
 def test_cli_bad_graph_prints_one_line_and_exits_2(tmp_path, capsys):
