@@ -53,9 +53,11 @@ class Group:
         it is (``Graph.op_keys``), where each operand comes from (a member's position,
         a literal, or an outside storage numbered in first-read order with how it is
         read: ``Graph.operand_keys``) and whether its value is written. Legality and
-        cost read nothing else of a group, so groups with equal signatures (a
-        repeated layer's) are equally legal and cost the same; the candidate
-        enumeration decides each signature once."""
+        cost read nothing else of a convex group, so convex groups with equal
+        signatures (a repeated layer's) are equally legal and cost the same; the
+        candidate enumeration and the baselines' merges decide each signature once.
+        (Whether a group is convex depends on paths outside it, which the signature
+        does not hold.)"""
         g, mask = self.graph, self.mask
         local = {name: k for k, name in enumerate(self.ops)}
         outside: dict[str, int] = {}

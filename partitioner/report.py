@@ -220,14 +220,14 @@ def advantage_lines(plans: list[Plan]) -> list[str]:
     compiler baseline when the comparison has one."""
     lines = []
     compared = {p.strategy for p in plans}
-    for among, what in ((HEURISTICS, "best heuristic"), (COMPILERS, "best compiler baseline")):
+    for among, rival in ((HEURISTICS, "heuristic"), (COMPILERS, "compiler baseline")):
         adv = ilp_advantage(plans, among)
         if adv is None:
             continue
         if len(compared & set(among)) == 1:  # one rival only: name it, not "the best"
-            what = f"{adv['best']} (the only {what.split(maxsplit=1)[1]} compared)"
+            what = f"{adv['best']} (the only {rival} compared)"
         else:
-            what = f"{what} ({adv['best']})"
+            what = f"best {rival} ({adv['best']})"
         less = "less modelled energy" if adv["objective"] == "energy" else (
             "less modelled time" if adv["objective"] == "time" else "less modelled traffic time")
         lines.append(f"ilp vs {what}: {adv['ilp_value']:,.1f} {adv['unit']} vs "

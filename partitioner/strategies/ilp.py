@@ -403,8 +403,10 @@ class Ilp(Strategy):
         if cands.complete:
             bound = max(bound, sum(p.bound for p in parts))
         groups = [masks[k] for k in best]
-        if not complete and bound < best_cost and warm.add_heuristics() and warm.cost < best_cost:
-            groups, best_cost = warm.plan, warm.cost  # unproven, and a heuristic's plan is cheaper
+        if not complete and bound < best_cost:
+            warm.add_heuristics()
+            if warm.cost < best_cost:  # unproven, and a heuristic's plan is cheaper
+                groups, best_cost = warm.plan, warm.cost
         bound = min(bound, best_cost)
         status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm.cost else "WARM_START"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
@@ -452,13 +454,11 @@ class _WarmStart:
         self.name = min(totals, key=totals.get)
         self.plan, self.cost = self.plans[self.name], totals[self.name]
 
-    def add_heuristics(self) -> bool:
-        """Adds the other heuristics' plans; whether any was added (False the second time)."""
-        if len(self.plans) > 1:
-            return False
-        self.plans.update(heuristic_plans(self.graph, self.hw, self.options, greedy=self.plans["greedy"]))
-        self._price()
-        return True
+    def add_heuristics(self) -> None:
+        """Adds the other heuristics' plans (once; later calls change nothing)."""
+        if len(self.plans) == 1:
+            self.plans.update(heuristic_plans(self.graph, self.hw, self.options, greedy=self.plans["greedy"]))
+            self._price()
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:
