@@ -128,6 +128,15 @@ def test_stress_graphs_are_proven_optimal(spec):
         assert plan.cost.modeled_time_us == pytest.approx(evaluate(graph, [list(graph.ops)]).modeled_time_us)
 
 
+def test_a_heuristic_plan_that_meets_the_bound_is_proven_before_any_search():
+    """With default options, 12 sibling slices each summed: inductor's horizontal
+    one-kernel plan meets the structural bound, so it is proven with no candidate
+    enumerated (a warm start from greedy alone spent the whole 60 s budget first)."""
+    plan = partition(load_graph(_siblings(12, "reduce_sum")), "ilp")
+    assert plan.solver.status == "OPTIMAL" and plan.solver.details["proof"] == "structural bound"
+    assert plan.solver.details["candidates"] == 0 and plan.solver.details["warm_start"] == "inductor"
+
+
 def test_unproven_plans_name_the_budget_that_stopped_them():
     graph = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
     plan = partition(graph, "ilp", time_limit=0.5)

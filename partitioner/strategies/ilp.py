@@ -15,13 +15,10 @@ is covered on its own, its optimum and bound add up to the plan's, and component
 with the same structure and costs (repeated layers, after relabelling their ops)
 are solved once. A cycle cut that runs through several components merges them.
 
-Greedy's plan warm-starts each solve (a complete hint, and the incumbent it has to
-beat). Over a complete enumeration every heuristic's groups are candidates already,
-so a proven plan is no costlier than any heuristic's; when the enumeration stops
-short, every heuristic's plan (greedy, xla, xla-fmha, tvm, inductor) enters the
-model, its groups as candidates and the cheapest plan as the hint, and when a solve
-ends unproven the cheapest heuristic plan is returned if it beats the solver's. So
-the plan is never costlier than any heuristic's. Every
+Every heuristic's plan (greedy, xla, xla-fmha, tvm, inductor) enters the model: its
+groups are candidates even when the enumeration stopped before finding them, and
+the cheapest plan under the objective warm-starts each solve (a complete hint, and
+the incumbent it has to beat), so the plan is never costlier than any heuristic's. Every
 budget counts work, not seconds: search states in the enumeration, CP-SAT's
 deterministic time in the solve, on one worker with a fixed seed. The same input
 and options give the same plan, status and bound on any machine under any load.
@@ -162,12 +159,10 @@ def _components(g: Graph) -> int:
     return nx.number_connected_components(links)
 
 
-def heuristic_plans(graph: Graph, hw: Hardware, options: Options, greedy: list[int] | None = None
-                    ) -> dict[str, list[int]]:
+def heuristic_plans(graph: Graph, hw: Hardware, options: Options) -> dict[str, list[int]]:
     """Each heuristic strategy's plan as compute-op bitsets, one per group that
-    launches or holds a compute op (views alone are placed by ``assemble``);
-    ``greedy``, when given, is greedy's plan, already computed."""
-    plans = {"greedy": greedy if greedy is not None else greedy_groups(graph, hw, options.max_ops)}
+    launches or holds a compute op (views alone are placed by ``assemble``)."""
+    plans = {"greedy": greedy_groups(graph, hw, options.max_ops)}
     for strategy in (Xla(), XlaFmha(), Tvm(), Inductor()):
         groups, _ = strategy.plan(graph, hw, options)
         masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
@@ -356,29 +351,32 @@ class Ilp(Strategy):
         start = time.perf_counter()
         limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
         kind = options.objective
-        warm = _WarmStart(graph, hw, options)
+        plans = heuristic_plans(graph, hw, options)
+        priced = {mask: objective(Group(graph, graph.convex_hull(mask)), hw, kind)
+                  for plan in plans.values() for mask in plan}
+        start_from = min(plans, key=lambda name: sum(priced[m] for m in plans[name]))  # greedy first on a tie
+        warm = plans[start_from]
+        warm_cost = sum(priced[m] for m in warm)
         bound = structural_bound(graph, hw, options.max_ops, kind)
-        if bound >= warm.cost:  # the warm start meets a lower bound: proven, nothing to search
-            return assemble(graph, warm.plan), {"status": "OPTIMAL", "bound": display_value(warm.cost, hw, kind),
-                                                "gap": 0.0, "details": {"warm_start": warm.name, "candidates": 0,
-                                                                        "proof": "structural bound"}}
-        enumerating = _Progress(options.progress, hw, kind, start, warm.cost, "enumerating")
+        if bound >= warm_cost:  # the warm start meets a lower bound: proven, nothing to search
+            return assemble(graph, warm), {"status": "OPTIMAL", "bound": display_value(warm_cost, hw, kind),
+                                           "gap": 0.0, "details": {"warm_start": start_from, "candidates": 0,
+                                                                   "proof": "structural bound"}}
+        enumerating = _Progress(options.progress, hw, kind, start, warm_cost, "enumerating")
         cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
                                      max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(), kind=kind)
-        if not cands.complete:
-            warm.add_heuristics()  # their groups join the cut-short candidates
         masks, costs = list(cands.masks), list(cands.costs)
         position = {mask: k for k, mask in enumerate(masks)}
-        for mask, cost in warm.priced.items():
+        for mask, cost in priced.items():
             if mask not in position:  # only when the enumeration stopped early
                 position[mask] = len(masks)
                 masks.append(mask)
                 costs.append(cost)
         _check_objective_fits(graph, costs)
-        hint = {position[mask] for mask in warm.plan}
+        hint = {position[mask] for mask in warm}
         solver = _Solver(graph, hw, kind, masks, costs, hint, cands.complete, limit, options.progress, start)
         parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
-        best, best_cost, cuts = sorted(hint), warm.cost, 0
+        best, best_cost, cuts = sorted(hint), warm_cost, 0
         while True:
             # the other parts' best costs (or warm start, before their solve) frame one part's progress
             estimate = [p.cost if p.chosen is not None else _hint_cost(p, costs, hint) for p in parts]
@@ -402,18 +400,13 @@ class Ilp(Strategy):
         complete = cands.complete and all(p.optimal for p in parts) and best == chosen
         if cands.complete:
             bound = max(bound, sum(p.bound for p in parts))
-        groups = [masks[k] for k in best]
-        if not complete and bound < best_cost:
-            warm.add_heuristics()
-            if warm.cost < best_cost:  # unproven, and a heuristic's plan is cheaper
-                groups, best_cost = warm.plan, warm.cost
         bound = min(bound, best_cost)
-        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm.cost else "WARM_START"
+        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm_cost else "WARM_START"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
         if solver.stopped or solver.budget <= 0 and status != "OPTIMAL":
             stopped.append("the solver's time limit (--time-limit, deterministic)")
         details = {
-            "warm_start": warm.name,
+            "warm_start": start_from,
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
             "enumeration_states": cands.states,
@@ -426,39 +419,9 @@ class Ilp(Strategy):
         }
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
-        groups = assemble(graph, groups)
+        groups = assemble(graph, [masks[k] for k in best])
         gap = 0.0 if best_cost == 0 else (best_cost - bound) / best_cost
         return groups, {"status": status, "bound": display_value(bound, hw, kind), "gap": gap, "details": details}
-
-
-class _WarmStart:
-    """The cheapest heuristic plan under the objective (greedy first on a tie): greedy's
-    at first, the other heuristics' once :meth:`add_heuristics` is called (when the
-    enumeration stops short, or the solve ends unproven; over a complete enumeration
-    every heuristic's groups are candidates already). ``priced``: every group of the
-    plans seen so far, as a compute-op bitset, with its integer objective."""
-
-    def __init__(self, graph: Graph, hw: Hardware, options: Options):
-        self.graph, self.hw, self.options = graph, hw, options
-        self.plans = {"greedy": greedy_groups(graph, hw, options.max_ops)}
-        self.priced: dict[int, int] = {}
-        self._price()
-
-    def _price(self) -> None:
-        g, kind = self.graph, self.options.objective
-        for plan in self.plans.values():
-            for mask in plan:
-                if mask not in self.priced:
-                    self.priced[mask] = objective(Group(g, g.convex_hull(mask)), self.hw, kind)
-        totals = {name: sum(self.priced[m] for m in plan) for name, plan in self.plans.items()}
-        self.name = min(totals, key=totals.get)
-        self.plan, self.cost = self.plans[self.name], totals[self.name]
-
-    def add_heuristics(self) -> None:
-        """Adds the other heuristics' plans (once; later calls change nothing)."""
-        if len(self.plans) == 1:
-            self.plans.update(heuristic_plans(self.graph, self.hw, self.options, greedy=self.plans["greedy"]))
-            self._price()
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:
