@@ -20,7 +20,7 @@ from backends.check import run_and_check
 from backends.cuda import CudaBackend
 from backends.cuda.emulate import run as run_emulated
 from backends.cuda.emulate import run_profiled
-from backends.cuda.kernels.contraction import _c_integer
+from backends.cuda.kernels.probe import c_integer
 from backends.cuda.render import render
 from backends.cuda.sampled import check_written, sample
 from partitioner import partition
@@ -147,13 +147,13 @@ def test_counters_of_known_access_patterns_follow_the_definitions(tmp_path):
 
 
 def _kernels():
-    """One plan, one kernel per op: a coalesced add, a transpose, a row sum, and
-    float32 (CUDA cores) and float16 (WMMA) products."""
-    g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "r": [16, 64],
+    """One plan, one kernel per op: a coalesced add, an add of a broadcast row, a
+    transpose, a row sum, and float32 (CUDA cores) and float16 (WMMA) products."""
+    g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "v": ([64], "float16"), "r": [16, 64],
                     "a": [64, 64], "b": [64, 64], "p": ([64, 64], "float16"), "q": ([64, 64], "float16")}, [
-        op("add", "add", ["x", "y"]), op("xt", "transpose", ["x"], perm=[1, 0]),
+        op("add", "add", ["x", "y"]), op("biased", "add", ["x", "v"]), op("xt", "transpose", ["x"], perm=[1, 0]),
         op("rows", "reduce_sum", ["r"], axes=[1]), op("mm32", "matmul", ["a", "b"]),
-        op("mm16", "matmul", ["p", "q"])], ["add", "xt", "rows", "mm32", "mm16"])
+        op("mm16", "matmul", ["p", "q"])], ["add", "biased", "xt", "rows", "mm32", "mm16"])
     return g, partition(g, "none")
 
 
@@ -182,6 +182,18 @@ def test_a_coalesced_pointwise_kernel_is_fully_efficient(counted):
         assert r.efficiency == 1.0 and r.units == 16 * r.requests, kind
     assert add.requests("ldg").requests == 2 * add.requests("stg").requests == 2 * 64 * 64 // 8 // 32
     assert add.requests("lds").requests == add.requests("sts").requests == 0
+
+
+def test_a_broadcast_row_read_with_its_lanes_at_consecutive_elements(counted):
+    biased = counted[0]["biased"]
+    # v[i % 64] read one element at a time: with 8 consecutive elements per lane, lanes
+    # would read halves 16 bytes apart (a sector per 2 lanes: efficiency 0.125). Lanes at
+    # consecutive elements instead: each request is 32 consecutive halves, 64 bytes in 2
+    # sectors, for x, v and the store alike; 4096 elements in 32-wide runs, 128 requests.
+    for kind in ("ldg", "stg"):
+        r = biased.requests(kind)
+        assert r.efficiency == 1.0 and r.units == 2 * r.requests, kind
+    assert biased.requests("ldg").requests == 2 * biased.requests("stg").requests == 2 * 128
 
 
 def test_a_transposed_read_is_a_quarter_efficient(counted):
@@ -295,10 +307,14 @@ def test_attention_reads_masks_and_biases_through_coalesced_tiles(mask):
 
 @pytest.mark.parametrize("expression,value", [
     ("7 / 2", 3), ("-7 / 2", -3), ("7 / -2", -3), ("-7 % 2", -1), ("7 % -2", 1), ("(idx_t)(i - 9) / 4 * 2", -2),
-    ("i * 3 + -1", 14), ("i ? 1 : 2", None), ("f(i)", None), ("i / 0", None), ("missing + 1", None),
+    ("i * 3 + -1", 14), ("i ? 1 : 2", 1), ("f(i)", None), ("i / 0", None), ("missing + 1", None),
+    # a concat's clamped part index (the codegen's form), C's precedence and associativity
+    ("(i - 64 < 0 ? 0 : (i - 64 > 63 ? 63 : i - 64))", 0), ("(i < 0 ? 0 : (i > 3 ? 3 : i))", 3),
+    ("i - 2 - 1", 2), ("3 % 2 * 5", 5), ("i < 3 || i == 5", 1), ("!i && 1", 0), ("0 ? 1 : 0 ? 4 : 5", 5),
+    ("1.5 * i", None), ("i >> 1", None), ("a[i]", None), ("(int64_t)i", None), ("i +", None),
 ])
 def test_the_load_order_reads_index_arithmetic_as_c_does(expression, value):
-    assert _c_integer(expression, {"i": 5}) == value
+    assert c_integer(expression, {"i": 5}) == value
 
 
 def test_counting_needs_the_emulator():

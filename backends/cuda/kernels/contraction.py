@@ -7,10 +7,7 @@ so the shared-memory estimate and the kernel agree by construction.
 
 from __future__ import annotations
 
-import ast
-import re
-
-from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, WARP, contraction_dims, shared_memory,
+from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contraction_dims, shared_memory,
                              tile_row_strides)
 from partitioner.dtypes import product_accumulator
 from partitioner.group import Group
@@ -18,6 +15,7 @@ from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
 from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
+from .probe import LOADS, STORES, unit_steps
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
@@ -101,7 +99,7 @@ def build(group: Group, index: int, hw) -> dict:
 
     # the epilogue stores along n (the default: a row-major product) or along m (an
     # NCHW conv's pixels), whichever its stores step along consecutively
-    out_m_fast = _fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), _STORE) == "m"
+    out_m_fast = _fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), STORES) == "m"
     smem = shared_memory(group)
     static, dynamic = shared_memory_split(smem, hw)
     n_tiles, m_tiles = -(-n // TILE_N), -(-m // TILE_M)
@@ -145,74 +143,14 @@ def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str)
     return {row: f"e / {cols}", col: f"e % {cols}", "slot": f"e / {cols} * {stride} + e % {cols}"}
 
 
-_LOAD = re.compile(r"PART_LDG\((\w+)\[([^\[\]]*)\]\)")
-_STORE = re.compile(r"PART_STG\((\w+)\[([^\[\]]*)\]\)")
-_INDEX = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
-
-
-def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=_LOAD) -> str:
+def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=LOADS) -> str:
     """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) moves more of an
-    operand's global reads (or the epilogue's stores, ``accesses=_STORE``) to the next
-    element over a warp's 32 steps: the emitted index arithmetic is evaluated at
-    ``probe`` (the middle of the GEMM) and 32 steps along each axis, and the steps to
-    the next address are counted (a 3x3 conv's k runs 3 elements, then jumps; its m
-    runs along a row of pixels). Accesses whose index the evaluator cannot follow are
-    not counted; on a tie the second axis, the default, is kept. Only the order of the
-    accesses depends on it, never a value."""
-    def addresses(point: dict[str, int]) -> dict[tuple[int, int], int]:
-        env, found = dict(point), {}
-        for number, line in enumerate(lines):
-            declared = _INDEX.match(line)
-            if declared and declared.group(1) not in point:
-                value = _c_integer(declared.group(2), env)
-                if value is not None:
-                    env[declared.group(1)] = value
-            for at, (_, index) in enumerate(accesses.findall(line)):
-                value = _c_integer(index, env)
-                if value is not None:
-                    found[(number, at)] = value
-        return found
-
-    unit = {}
-    for axis in axes:
-        walk = [addresses({**probe, axis: probe[axis] + step}) for step in range(WARP + 1)]
-        unit[axis] = sum(abs(after[key] - before[key]) == 1 for before, after in zip(walk, walk[1:])
-                         for key in before if key in after)
+    operand's global reads (or the epilogue's stores, ``accesses=STORES``) to the next
+    element over a warp's 32 steps (``probe.unit_steps``; a 3x3 conv's k runs 3
+    elements, then jumps; its m runs along a row of pixels). On a tie the second axis,
+    the default, is kept. Only the order of the accesses depends on it, never a value."""
+    unit = {axis: sum(unit_steps(lines, probe, axis, accesses).values()) for axis in axes}
     return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
-
-
-def _c_integer(expression: str, env: dict[str, int]) -> int | None:
-    """The value of a C index expression (names, integer literals, + - * / %, with C's
-    truncating division), or None where it holds anything else."""
-    try:
-        tree = ast.parse(expression.replace("(idx_t)", ""), mode="eval").body
-    except SyntaxError:
-        return None
-    return _evaluate(tree, env)
-
-
-def _evaluate(node: ast.AST, env: dict[str, int]) -> int | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return env.get(node.id)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = _evaluate(node.operand, env)
-        return None if value is None else -value
-    if isinstance(node, ast.BinOp):
-        a, b = _evaluate(node.left, env), _evaluate(node.right, env)
-        if a is None or b is None:
-            return None
-        if isinstance(node.op, ast.Add):
-            return a + b
-        if isinstance(node.op, ast.Sub):
-            return a - b
-        if isinstance(node.op, ast.Mult):
-            return a * b
-        if isinstance(node.op, (ast.Div, ast.Mod)) and b:
-            quotient = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)
-            return quotient if isinstance(node.op, ast.Div) else a - quotient * b
-    return None
 
 
 def _conv_operand(em: Emitter, op, which: str, g) -> str:

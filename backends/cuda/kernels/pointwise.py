@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from partitioner.cost import WARP
 from partitioner.dtypes import itemsize
 from partitioner.group import Group
 
-from ..codegen import Emitter, Source, delinearize, storage_type, to_storage
+from ..codegen import INT32_LIMIT, Emitter, Source, delinearize, storage_type, to_storage
 from .common import expr_macro, external_sources, grid_stride_blocks, index_type, parameters
+from .probe import unit_steps
 
 THREADS = 256
 VECTOR_BYTES = 16
@@ -21,15 +23,53 @@ def vector_width(dtypes: list[str], n: int) -> int:
 
 
 def build(group: Group, index: int, hw) -> dict:
+    """Each thread takes ``vec`` consecutive elements per step and moves the tensors
+    read or written at exactly those elements as one 16-byte vector. A tensor read
+    at another index (a broadcast row, a slice, a concat's part) is read one element
+    at a time, so its lanes' reads lie ``vec`` elements apart: when such a read steps
+    along the elements (one lane to the next: the next element), every lane of a warp
+    takes consecutive elements instead (``lanes``, ``vec`` of them per step and lane,
+    a warp's step ``32 * vec`` wide), and every access is coalesced element by element."""
     g = group.graph
-    params = parameters(group)
-    itype, bits = index_type(group)
     writes = list(group.writes)
     shape = g.tensor(writes[0]).shape if writes else ()
     n = g.tensor(writes[0]).numel if writes else 0
+    dtypes = [g.tensor(b).dtype for b in (*group.reads, *writes)]
     # vector stores need every written tensor laid out like the iteration space
     aligned = bool(writes) and all(g.tensor(w).shape == shape for w in writes)
-    vec = vector_width([g.tensor(b).dtype for b in (*group.reads, *writes)], n) if aligned else 1
+    vec = vector_width(dtypes, n) if aligned else 1
+    kernel = _emit(group, shape, vec)
+    if vec > 1 and _scalar_reads_step_along(kernel["body"], n):
+        kernel = _emit(group, shape, 1)
+        unroll = max(1, VECTOR_BYTES // max(itemsize(d) for d in dtypes))
+        steps, lanes = -(-n // (WARP * unroll)), True
+        if n + WARP * unroll > INT32_LIMIT:  # a last step's indices run past n
+            kernel.update(itype="int64_t", bits=64)
+    else:
+        unroll, steps, lanes = vec, n // vec, False
+    return {
+        "template": "pointwise.cu.j2", "params": kernel["params"], "bits": kernel["bits"],
+        "grid": (grid_stride_blocks(max(1, -(-n // unroll)), THREADS, hw.sm_count), 1, 1),
+        "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": 0,
+        "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "vec": unroll, "steps": steps,
+                    "lanes": lanes, "warp": WARP, "body": kernel["body"], "vector_loads": kernel["loads"],
+                    "vector_stores": kernel["stores"]},
+    }
+
+
+def _scalar_reads_step_along(body: str, n: int) -> bool:
+    """Whether a global read of the body (the one-element reads: vector reads are the
+    template's) moves to the next element for most of a warp's steps along ``i``."""
+    probe = {"i": n // 2 // (2 * WARP) * (2 * WARP)}
+    return any(steps > WARP // 2 for steps in unit_steps(body.split("\n"), probe, "i").values())
+
+
+def _emit(group: Group, shape: tuple[int, ...], vec: int) -> dict:
+    """The body computing element ``i`` (and, for ``vec`` > 1, the vector loads and
+    stores around it)."""
+    g = group.graph
+    params = parameters(group)
+    itype, bits = index_type(group)
     em = Emitter(g, external_sources(group, params), expr_macro(), "idx_t")
     em.depth = 3
     idx = tuple(em.index_var(e) for e in delinearize(shape, "i"))
@@ -43,7 +83,7 @@ def build(group: Group, index: int, hw) -> dict:
                     dtype = g.tensor(g.storage[name]).dtype
                     loads.append({"var": var, "type": storage_type(dtype), "pointer": src.name})
     stores = []
-    for w in writes:
+    for w in group.writes:
         t = g.tensor(w)
         if vec > 1:
             var = f"vec_{params.pointer[w]}"
@@ -56,10 +96,4 @@ def build(group: Group, index: int, hw) -> dict:
     # a tensor of the iteration space's shape read only elsewhere (transposed, say) needs no
     # vector load: the GPU compiler would drop it, but the emulator's counters would not
     loads = [load for load in loads if f"{load['var']}.v[j]" in body]
-    return {
-        "template": "pointwise.cu.j2", "params": params, "bits": bits,
-        "grid": (grid_stride_blocks(max(1, n // vec), THREADS, hw.sm_count), 1, 1), "block": (THREADS, 1, 1),
-        "smem_dynamic": 0, "smem_static": 0,
-        "context": {"threads": THREADS, "index_type": itype, "n": n, "vec": vec, "body": body,
-                    "vector_loads": loads, "vector_stores": stores},
-    }
+    return {"params": params, "itype": itype, "bits": bits, "body": body, "loads": loads, "stores": stores}
