@@ -148,12 +148,14 @@ def test_counters_of_known_access_patterns_follow_the_definitions(tmp_path):
 
 def _kernels():
     """One plan, one kernel per op: a coalesced add, an add of a broadcast row, a
-    transpose, a row sum, and float32 (CUDA cores) and float16 (WMMA) products."""
-    g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "v": ([64], "float16"), "r": [16, 64],
+    transpose, a 2x2 max-pool of stride 2, a row sum, and float32 (CUDA cores) and
+    float16 (WMMA) products."""
+    g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "v": ([64], "float16"),
+                    "img": ([1, 2, 64, 128], "float16"), "r": [16, 64],
                     "a": [64, 64], "b": [64, 64], "p": ([64, 64], "float16"), "q": ([64, 64], "float16")}, [
         op("add", "add", ["x", "y"]), op("biased", "add", ["x", "v"]), op("xt", "transpose", ["x"], perm=[1, 0]),
-        op("rows", "reduce_sum", ["r"], axes=[1]), op("mm32", "matmul", ["a", "b"]),
-        op("mm16", "matmul", ["p", "q"])], ["add", "biased", "xt", "rows", "mm32", "mm16"])
+        op("pool", "max_pool2d", ["img"], kernel_shape=[2, 2], strides=[2, 2]), op("rows", "reduce_sum", ["r"], axes=[1]), op("mm32", "matmul", ["a", "b"]),
+        op("mm16", "matmul", ["p", "q"])], ["add", "biased", "xt", "pool", "rows", "mm32", "mm16"])
     return g, partition(g, "none")
 
 
@@ -194,6 +196,16 @@ def test_a_broadcast_row_read_with_its_lanes_at_consecutive_elements(counted):
         r = biased.requests(kind)
         assert r.efficiency == 1.0 and r.units == 2 * r.requests, kind
     assert biased.requests("ldg").requests == 2 * biased.requests("stg").requests == 2 * 128
+
+
+def test_a_strided_pooling_window_with_its_lanes_at_consecutive_outputs(counted):
+    pool = counted[0]["pool"]
+    # each tap reads img[.., 2 * oh + dy, 2 * ow + dx]: lanes at consecutive outputs read
+    # every other half (64 of 128 bytes: 4 sectors, ideal 2); 8 outputs apart, 32 halves
+    # apart (a sector each: 32 sectors, ideal 2, efficiency 1/16)
+    load = pool.requests("ldg")
+    assert load.units == 4 * load.requests and load.efficiency == 0.5
+    assert pool.requests("stg").efficiency == 1.0
 
 
 def test_a_transposed_read_is_a_quarter_efficient(counted):
@@ -243,7 +255,8 @@ def test_a_warp_per_row_reduction_counts_its_shuffles(counted):
 
 
 # A matmul by a transposed weight (Llama's projections), a matmul of a transposed
-# activation, a 1x1 conv (NCHW: the pixels of a channel are consecutive) and a 3x3 conv.
+# activation, a 1x1 conv (NCHW: the pixels of a channel are consecutive), one with a
+# per-channel prologue, and a 3x3 conv.
 OPERAND_LAYOUTS = {
     "weight_transposed": make_graph({"x": ([256, 64], "float16"), "w": ([128, 64], "float16")},
                                     [op("wt", "transpose", ["w"], perm=[1, 0]), op("y", "matmul", ["x", "wt"])],
@@ -253,6 +266,13 @@ OPERAND_LAYOUTS = {
                                         ["y"]),
     "conv_1x1": make_graph({"x": ([2, 64, 16, 16], "float16"), "w": ([128, 64, 1, 1], "float16")},
                            [op("y", "conv2d", ["x", "w"])], ["y"]),
+    # a per-channel scale and shift before the conv (a batch norm in its prologue): the
+    # parameters are read at the channel, coalesced along m (one address) as along k, so
+    # they must not pull the walk off the pixels (they did: efficiency 1/16)
+    "conv_1x1_scaled": make_graph({"x": ([2, 64, 16, 16], "float16"), "s": ([64, 1, 1], "float16"),
+                                   "b": ([64, 1, 1], "float16"), "w": ([128, 64, 1, 1], "float16")},
+                                  [op("xs", "mul", ["x", "s"]), op("xb", "add", ["xs", "b"]),
+                                   op("y", "conv2d", ["xb", "w"])], ["y"]),
     "conv_3x3_float32": make_graph({"x": [2, 8, 16, 16], "w": [128, 8, 3, 3]},
                                    [op("y", "conv2d", ["x", "w"], pads=[1, 1, 1, 1])], ["y"]),
 }

@@ -8,7 +8,7 @@ from partitioner.group import Group
 
 from ..codegen import INT32_LIMIT, Emitter, Source, delinearize, storage_type, to_storage
 from .common import expr_macro, external_sources, grid_stride_blocks, index_type, parameters
-from .probe import unit_steps
+from .probe import sectors
 
 THREADS = 256
 VECTOR_BYTES = 16
@@ -25,11 +25,12 @@ def vector_width(dtypes: list[str], n: int) -> int:
 def build(group: Group, index: int, hw) -> dict:
     """Each thread takes ``vec`` consecutive elements per step and moves the tensors
     read or written at exactly those elements as one 16-byte vector. A tensor read
-    at another index (a broadcast row, a slice, a concat's part) is read one element
-    at a time, so its lanes' reads lie ``vec`` elements apart: when such a read steps
-    along the elements (one lane to the next: the next element), every lane of a warp
-    takes consecutive elements instead (``lanes``, ``vec`` of them per step and lane,
-    a warp's step ``32 * vec`` wide), and every access is coalesced element by element."""
+    at another index (a broadcast row, a slice, a concat's part, a pooling window) is
+    read one element at a time, so its lanes' reads lie ``vec`` elements apart. When
+    those reads touch fewer sectors with the lanes of a warp at consecutive elements,
+    the kernel takes that order instead (``lanes``, ``vec`` elements per step and lane,
+    a warp's step ``32 * vec`` wide): a read that steps along the elements is then
+    coalesced, and so is every other access, element by element."""
     g = group.graph
     writes = list(group.writes)
     shape = g.tensor(writes[0]).shape if writes else ()
@@ -39,7 +40,7 @@ def build(group: Group, index: int, hw) -> dict:
     aligned = bool(writes) and all(g.tensor(w).shape == shape for w in writes)
     vec = vector_width(dtypes, n) if aligned else 1
     kernel = _emit(group, shape, vec)
-    if vec > 1 and _scalar_reads_step_along(kernel["body"], n):
+    if vec > 1 and _lanes_touch_fewer_sectors(kernel["body"], n, vec, kernel["params"]):
         kernel = _emit(group, shape, 1)
         unroll = max(1, VECTOR_BYTES // max(itemsize(d) for d in dtypes))
         steps, lanes = -(-n // (WARP * unroll)), True
@@ -57,11 +58,17 @@ def build(group: Group, index: int, hw) -> dict:
     }
 
 
-def _scalar_reads_step_along(body: str, n: int) -> bool:
-    """Whether a global read of the body (the one-element reads: vector reads are the
-    template's) moves to the next element for most of a warp's steps along ``i``."""
-    probe = {"i": n // 2 // (2 * WARP) * (2 * WARP)}
-    return any(steps > WARP // 2 for steps in unit_steps(body.split("\n"), probe, "i").values())
+def _lanes_touch_fewer_sectors(body: str, n: int, vec: int, params) -> bool:
+    """Whether the body's one-element global reads (vector reads are the template's)
+    touch fewer sectors over one warp step of ``32 * vec`` elements (from the middle
+    of the iteration space) with lanes at consecutive elements than ``vec`` apart."""
+    width = WARP * vec
+    base = n // 2 // width * width
+    by_vector = [[{"i": base + lane * vec + j} for lane in range(WARP)] for j in range(vec)]
+    by_lane = [[{"i": base + j * WARP + lane} for lane in range(WARP)] for j in range(vec)]
+    lines = body.split("\n")
+    sizes = {params.pointer[arg["tensor"]]: itemsize(arg["dtype"]) for arg in params.args}
+    return sectors(lines, by_lane, sizes) < sectors(lines, by_vector, sizes)
 
 
 def _emit(group: Group, shape: tuple[int, ...], vec: int) -> dict:

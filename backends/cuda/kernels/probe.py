@@ -10,21 +10,27 @@ never a value: an expression the evaluator cannot follow is simply not counted.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from partitioner.cost import WARP
 
 LOADS = re.compile(r"PART_LDG\((\w+)\[([^\[\]]*)\]\)")
 STORES = re.compile(r"PART_STG\((\w+)\[([^\[\]]*)\]\)")
 _INDEX = re.compile(r"^\s*const idx_t (\w+) = (.*);$")
+_LOOP = re.compile(r"^\s*for \(int (\w+) = 0;")
 
 
 def addresses(lines: list[str], point: dict[str, int], accesses=LOADS) -> dict[tuple[int, int], int]:
     """The element offset of every access matched by ``accesses`` in ``lines`` (C++
     statements of one kernel body, in order), with the index variables of ``point``
     set and every ``const idx_t`` declaration evaluated from them; keyed by (line,
-    position in the line). Accesses whose index cannot be evaluated are left out."""
+    position in the line). A loop counter from 0 (a pooling window's tap) is taken at
+    its first iteration. Accesses whose index cannot be evaluated are left out."""
     env, found = dict(point), {}
     for number, line in enumerate(lines):
+        loop = _LOOP.match(line)
+        if loop and loop.group(1) not in point:
+            env[loop.group(1)] = 0
         declared = _INDEX.match(line)
         if declared and declared.group(1) not in point:
             value = c_integer(declared.group(2), env)
@@ -37,16 +43,40 @@ def addresses(lines: list[str], point: dict[str, int], accesses=LOADS) -> dict[t
     return found
 
 
-def unit_steps(lines: list[str], probe: dict[str, int], axis: str, accesses=LOADS) -> dict[tuple[int, int], int]:
+def sectors(lines: list[str], warps: list[list[dict[str, int]]], itemsize: dict[str, int],
+            accesses=LOADS) -> int:
+    """The 32-byte sectors the accesses of ``lines`` touch, summed over requests: each
+    request is one warp's pass over the body, lane k at the point ``warp[k]``; an
+    access's bytes are its element offset times its pointer's ``itemsize`` (buffers
+    256-byte aligned, as ``cudaMalloc`` and the emulator place them). Accesses whose
+    index cannot be evaluated are not counted."""
+    pointers = {(number, at): name for number, line in enumerate(lines)
+                for at, (name, _) in enumerate(accesses.findall(line))}
+    total = 0
+    for warp in warps:
+        touched: dict[tuple[int, int], set[int]] = {}
+        for point in warp:
+            for key, offset in addresses(lines, point, accesses).items():
+                size = itemsize[pointers[key]]
+                touched.setdefault(key, set()).update(range(offset * size // 32, ((offset + 1) * size - 1) // 32 + 1))
+        total += sum(len(found) for found in touched.values())
+    return total
+
+
+def unit_steps(lines: list[str], probe: dict[str, int], axis: str, accesses=LOADS,
+               broadcast: bool = False) -> dict[tuple[int, int], int]:
     """Per access, how many of a warp's 32 steps of ``axis`` from ``probe`` (one
     element each) move it to the next or previous element: 32 for an access
-    consecutive along ``axis``, 0 for one that stays put or jumps."""
+    consecutive along ``axis``, 0 for one that stays put or jumps. With
+    ``broadcast``, a step that stays put counts too: lanes reading one element are
+    coalesced as well (one sector for the warp)."""
     walk = [addresses(lines, {**probe, axis: probe[axis] + step}, accesses) for step in range(WARP + 1)]
+    near = (0, 1) if broadcast else (1,)
     steps: dict[tuple[int, int], int] = {}
     for before, after in zip(walk, walk[1:]):
         for key in before:
             if key in after:
-                steps[key] = steps.get(key, 0) + (abs(after[key] - before[key]) == 1)
+                steps[key] = steps.get(key, 0) + (abs(after[key] - before[key]) in near)
     return steps
 
 
@@ -55,15 +85,23 @@ def c_integer(expression: str, env: dict[str, int]) -> int | None:
     parentheses, unary minus and ``!``, ``* / %`` (C's truncating division), ``+ -``,
     comparisons, ``&& ||`` and ``?:``, with C's precedence; None where it holds
     anything else, an unknown name or a division by zero."""
-    tokens = _TOKEN.findall(expression.replace("(idx_t)", " "))
-    if "".join(tokens) != "".join(expression.replace("(idx_t)", "").split()):
-        return None  # a character the tokenizer does not know
+    tokens = _tokens(expression)
+    if tokens is None:
+        return None
     parser = _Parser(tokens, env)
     try:
         value = parser.conditional()
     except _Unknown:
         return None
     return value if parser.at == len(tokens) else None
+
+
+@lru_cache(maxsize=4096)
+def _tokens(expression: str) -> list[str] | None:
+    tokens = _TOKEN.findall(expression.replace("(idx_t)", " "))
+    if "".join(tokens) != "".join(expression.replace("(idx_t)", "").split()):
+        return None  # a character the tokenizer does not know
+    return tokens
 
 
 _TOKEN = re.compile(r"\d+|\w+|&&|\|\||[<>=!]=|[-+*/%()<>?:!]")
