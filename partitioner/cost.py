@@ -354,7 +354,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
     >>> round(c.traffic_time_us, 2), round(c.compute_time_us, 2), round(c.modeled_time_us, 2)
     (28.55, 70.45, 71.45)
     >>> c.budgets.shared_memory, c.budgets.shared_memory_limit
-    (37888, 232448)
+    (40960, 232448)
     """
     moved = group.bytes_read + group.bytes_written
     flops = op_flops(group)
@@ -564,13 +564,27 @@ def tile_row_strides(group: Group) -> tuple[int, int]:
     return TILE_K + TILE_PAD_CUDA_CORES, TILE_N + TILE_PAD_CUDA_CORES
 
 
+def tile_elements(group: Group) -> tuple[int, int]:
+    """Elements of shared memory per stage for the contraction's (A, B) operand tiles.
+    On CUDA cores the tiles are row-major (``tile_row_strides``). On tensor cores each
+    tile is consecutive along the axis its operand is consecutive in memory, so it is
+    row-major or column-major (a transposed weight: ``TILE_N`` rows of ``TILE_K + p``),
+    and its region holds the larger of the two."""
+    a_stride, b_stride = tile_row_strides(group)
+    a, b = TILE_M * a_stride, TILE_K * b_stride
+    op = next(op for op in group.compute if op.op_class == "contraction")
+    if op.promoted in HALFS:
+        a = max(a, TILE_K * (TILE_M + TILE_PAD_TENSOR_CORES))
+        b = max(b, TILE_N * (TILE_K + TILE_PAD_TENSOR_CORES))
+    return a, b
+
+
 def shared_memory(group: Group) -> int:
     """Bytes of shared memory per block the group's kernel needs (estimate)."""
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":
-        a_stride, b_stride = tile_row_strides(group)
-        return (TILE_M * a_stride + TILE_K * b_stride) * _operand_bytes(group) * TILE_STAGES
+        return sum(tile_elements(group)) * _operand_bytes(group) * TILE_STAGES
     if group.kind == "attention":
         return attention_tiling(group).shared_memory
     return 0

@@ -266,6 +266,33 @@ PART_DEV double part_remainder(double a, double b) { double mod; part_divmod(a, 
 // ---- fixed-width vectors for 16-byte loads and stores
 template <class T, int N> struct __align__(sizeof(T) * N) part_vec { T v[N]; };
 
+// ---- asynchronous 16-byte copies from global to shared memory (cp.async, sm_80+)
+// part_cp_async16(dst, src, base): *dst = *src, or 16 zero bytes when src is null (an
+// element out of bounds: cp.async with a source size of 0, reading nothing at base, a
+// valid address). The copy lands by the next part_cp_async_wait_all. Without cp.async
+// (the emulator, GPUs before sm_80) it is an ordinary copy, done at once.
+template <class V> PART_DEV void part_cp_async16(V* dst, const V* src, const void* base) {
+  static_assert(sizeof(V) == 16, "cp.async copies 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned slot = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(slot), "l"(src ? static_cast<const void*>(src) : base),
+               "r"(src ? 16 : 0));
+#else
+  (void)base;
+  if (src) {
+    *dst = *src;
+  } else {
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(dst);
+    for (int i = 0; i < 16; ++i) bytes[i] = 0;
+  }
+#endif
+}
+PART_DEV void part_cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // ---- reductions: combine functions and warp-level reduction by butterfly shuffles
 struct part_sum_op {
   PART_DEV float operator()(float a, float b) const { return a + b; }

@@ -373,6 +373,44 @@ def test_layout_chains_in_contraction_operands(case, dtype):
     check(g)
 
 
+# Operands read as they are stored move into shared memory by 16-byte cp.async copies:
+# (graph inputs, ops, which operands are copied). A row-major operand is consecutive
+# along k of A or n of B, a transposed one (a weight as Llama stores it, an activation
+# transposed) along m of A or k of B, whose tile is then column-major. M, N and K are no
+# multiples of the 128 x 128 x 32 tile, so the copies' bounds checks zero-fill.
+COPIED_OPERANDS = {
+    "rows_rows": ({"x": [200, 72], "w": [72, 136]}, [op("s", "matmul", ["x", "w"])], "ab"),
+    "rows_transposed_weight": ({"x": [200, 72], "w": [136, 72]}, [
+        op("wt", "transpose", ["w"], perm=[1, 0]), op("s", "matmul", ["x", "wt"])], "ab"),
+    "transposed_activation": ({"x": [72, 200], "w": [72, 136]}, [
+        op("xt", "transpose", ["x"], perm=[1, 0]), op("s", "matmul", ["xt", "w"])], "ab"),
+    "batched_broadcast_weight": ({"x": [3, 40, 32], "w": [2, 3, 32, 24]}, [
+        op("xr", "reshape", ["x"], shape=[3, 40, 32]), op("s", "matmul", ["xr", "w"])], "ab"),
+    # K = 60: a run of 8 would straddle the end of a row, so A and the transposed B load by element
+    "k_not_a_multiple_of_8": ({"x": [50, 60], "w": [40, 60]}, [
+        op("wt", "transpose", ["w"], perm=[1, 0]), op("s", "matmul", ["x", "wt"])], ""),
+    "computed_prologue": ({"x": [50, 64], "w": [64, 40]}, [
+        op("xs", "mul", ["x", 0.5]), op("s", "matmul", ["xs", "w"])], "b"),
+    # a transpose of batch axes is computed as index arithmetic: A by element
+    "transposed_batch_axes": ({"x": [4, 24, 16], "w": [24, 16, 8]}, [
+        op("xt", "transpose", ["x"], perm=[1, 0, 2]), op("s", "matmul", ["xt", "w"])], "b"),
+    "conv_weight": ({"x": [2, 16, 10, 10], "w": [24, 16, 3, 3]}, [
+        op("s", "conv2d", ["x", "w"], pads=[1, 1, 1, 1])], "b"),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(COPIED_OPERANDS))
+def test_operands_read_as_stored_are_copied_16_bytes_at_a_time(case, dtype):
+    inputs, ops, copied = COPIED_OPERANDS[case]
+    g = make_graph({name: (shape, dtype) for name, shape in inputs.items()}, ops, ["s"], dtype=dtype)
+    (kernel,) = [k for k in render(partition(g, "ilp")).kernels if k.kind == "contraction"]
+    loads = kernel.source.split("auto load_tiles")[1].split("auto epilogue")[0].split("for (int e")
+    for which, loop in zip("ab", loads[1:]):
+        assert ("part_cp_async16(" in loop) == (which in copied), (which, loop)
+    check(g, strategies=("ilp",), inputs=input_values(g, 3))
+
+
 _DECLARED = re_compile(r"\b(?:idx_t|int8_t|int32_t|int64_t|float|double|bool)\s+([a-z]+\d+)\s*[=;\[]")
 
 

@@ -7,11 +7,11 @@ so the shared-memory estimate and the kernel agree by construction.
 
 from __future__ import annotations
 
-from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, contraction_dims, shared_memory,
-                             tile_row_strides)
-from partitioner.dtypes import product_accumulator
+from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, contraction_dims,
+                             shared_memory, tile_elements, tile_row_strides)
+from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
-from partitioner.ops import conv2d_output, matmul_shapes
+from partitioner.ops import conv2d_output, matmul_shapes, transpose_perm
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
 from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
@@ -19,6 +19,7 @@ from .probe import LOADS, STORES, unit_steps
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
+VECTOR_BYTES = 16  # a plain operand's copies into shared memory (cp.async's widest)
 # Tensor-core epilogue: each warp stages a 16 x 16 fragment in shared memory, rows 16
 # floats apart, or 20 when its lanes read it down the columns (an output consecutive in
 # m): 16 would put a column in 2 banks, 20 (WMMA's float stride is a multiple of 4) in 8.
@@ -54,9 +55,9 @@ def build(group: Group, index: int, hw) -> dict:
     else:
         b_idx = ()
 
-    def operand(which: str) -> tuple[str, str]:
-        """The operand element's code, and the tile coordinate its global reads step
-        along consecutively (``_fast_axis``)."""
+    def operand(which: str) -> tuple[str, str, dict | None]:
+        """The operand element's code, the tile coordinate its global reads step along
+        consecutively (``_fast_axis``), and its 16-byte copy (``_copy``) where it has one."""
         em = Emitter(g, sources, expr_macro(), "idx_t", names)
         em.depth = 5
         tensor = a_tensor if which == "a" else b_tensor
@@ -73,9 +74,15 @@ def build(group: Group, index: int, hw) -> dict:
             em.emit(f"{target} = {convert(_conv_operand(em, op, which, g), t.dtype, promoted)};")
         axes = ("m", "k") if which == "a" else ("k", "n")
         probe = {"m": m // 2, "n": n // 2, "k": k // 2, "bz": 0}
-        return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes)
+        layout = _plain_layout(group, op, which, sources) if wmma else None
+        if layout is None:
+            return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes), None
+        # a plain operand is consecutive along its last axis, or its second-to-last when transposed
+        fast = axes[1] if layout == "rows" else axes[0]
+        copy = _copy(em.lines, which, {"m": m, "n": n, "k": k}[fast], VECTOR_BYTES // itemsize(promoted))
+        return "\n".join(em.lines), fast, copy
 
-    (a_value, a_fast), (b_value, b_fast) = operand("a"), operand("b")
+    (a_value, a_fast, a_copy), (b_value, b_fast, b_copy) = operand("a"), operand("b")
     epi = Emitter(g, sources, expr_macro(), "idx_t", names)
     epi.depth = 3
     out_idx = _output_index(epi, op, b_idx, g)
@@ -108,6 +115,11 @@ def build(group: Group, index: int, hw) -> dict:
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
     warps = CONTRACTION_THREADS // 32
     a_ld, b_ld = tile_row_strides(group)
+    if wmma:  # each tile consecutive along the operand's consecutive axis (column-major tiles)
+        a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
+        b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
+    walk = _tile_walk if wmma else _row_major_walk
+    a_region, b_region = tile_elements(group)
     return {
         "template": "contraction.cu.j2", "params": params, "bits": bits,
         "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
@@ -120,8 +132,12 @@ def build(group: Group, index: int, hw) -> dict:
             "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
             "smem_static": static, "batch_index": "\n".join(head.lines),
             "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
-            "a_walk": _tile_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
-            "b_walk": _tile_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
+            "a_walk": walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
+            "b_walk": walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
+            "a_copy": a_copy and {**a_copy, **_vector_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast, a_copy["vec"])},
+            "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
+            "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
+            "a_region": a_region, "b_region": b_region,
             "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
             "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
             "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
@@ -131,16 +147,36 @@ def build(group: Group, index: int, hw) -> dict:
     }
 
 
-def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
-    """How the threads walk an operand tile of ``rows`` x ``cols`` (tile element ``e``,
-    consecutive for consecutive threads): the tile coordinates ``row`` and ``col`` of
-    ``e`` and its place in shared memory (rows ``stride`` elements apart). Consecutive
-    threads take consecutive ``col`` elements, or consecutive ``row`` elements when
-    ``fast`` is ``row``: the coordinate along which the operand's global reads are
-    consecutive, so that a warp's loads are coalesced whatever the operand's layout."""
+def _row_major_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
+    """How the threads walk an operand tile of ``rows`` x ``cols`` held row-major in
+    shared memory (rows ``stride`` elements apart; the CUDA-core main loop reads it
+    so): tile element ``e``, consecutive for consecutive threads, at tile coordinates
+    ``row`` and ``col``. Consecutive threads take consecutive ``col`` elements, or
+    consecutive ``row`` elements when ``fast`` is ``row``: the coordinate along which
+    the operand's global reads are consecutive, so that a warp's loads are coalesced
+    whatever the operand's layout."""
     if fast == row:
         return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e % {rows} * {stride} + e / {rows}"}
     return {row: f"e / {cols}", col: f"e % {cols}", "slot": f"e / {cols} * {stride} + e % {cols}"}
+
+
+def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
+    """The tensor-core walk: as ``_row_major_walk``, but the tile is consecutive in
+    shared memory along ``fast`` too (column-major, columns ``stride`` apart, when
+    ``fast`` is ``row``), so that consecutive threads store consecutive elements."""
+    if fast == row:
+        return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e / {rows} * {stride} + e % {rows}"}
+    return _row_major_walk(row, col, rows, cols, stride, fast)
+
+
+def _vector_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str, vec: int) -> dict:
+    """``_tile_walk`` by vectors of ``vec`` elements along ``fast``: vector ``e``, its
+    first element's tile coordinates and shared-memory slot, and the vectors' count."""
+    along = rows if fast == row else cols
+    first = f"e % {along // vec} * {vec}"
+    other = f"e / {along // vec}"
+    walk = {row: first, col: other} if fast == row else {row: other, col: first}
+    return {**walk, "slot": f"{other} * {stride} + {first}", "vectors": rows * cols // vec}
 
 
 def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=LOADS) -> str:
@@ -153,6 +189,51 @@ def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], a
     order of the accesses depends on it, never a value."""
     unit = {axis: sum(unit_steps(lines, probe, axis, accesses, broadcast=True).values()) for axis in axes}
     return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
+
+
+def _plain_layout(group: Group, op, which: str, sources: dict) -> str | None:
+    """How contraction operand ``which`` lies in memory when it is read as it is stored,
+    in the product's dtype: ``"rows"`` when it is a contiguous array of its shape (a
+    storage or a reshape of one: its last axis consecutive), ``"columns"`` when it is
+    a transpose of one swapping its last two axes (Llama's projection weights), or a
+    conv's weight (B(k, n) = w[n, k]); None when any op computes it otherwise."""
+    g = group.graph
+    if op.kind == "conv2d":
+        weight = op.inputs[1]
+        plain = which == "b" and weight in sources and g.tensor(weight).dtype == op.promoted
+        return "columns" if plain else None
+    tensor, transposed = op.inputs[0 if which == "a" else 1], False
+    if len(g.tensor(tensor).shape) < 2 or g.tensor(tensor).dtype != op.promoted:
+        return None
+    while tensor not in sources:
+        producer = g.ops[tensor]
+        rank = len(producer.out.shape)
+        same_dtype = producer.out.dtype == g.tensor(producer.inputs[0]).dtype
+        if producer.kind == "transpose" and not transposed and same_dtype \
+                and transpose_perm(rank, producer.attrs.get("perm")) == (*range(rank - 2), rank - 1, rank - 2):
+            transposed = True
+        elif producer.kind != "reshape" or transposed or not same_dtype:
+            return None
+        tensor = producer.inputs[0]
+    return "columns" if transposed else "rows"
+
+
+def _copy(lines: list[str], which: str, extent: int, vec: int) -> dict | None:
+    """The 16-byte copy of a plain operand (``_plain_layout``): ``vec`` elements
+    consecutive in memory along its consecutive tile coordinate, from an element whose
+    index along it is a multiple of ``vec``. Each run lies in one row of a contiguous
+    array whose rows (and batches) are whole runs, so it is consecutive and 16-byte
+    aligned, and wholly in bounds or wholly out, when ``extent`` (the GEMM's size
+    along that coordinate) is a multiple of ``vec``; None otherwise. Its address is
+    the element read's own index arithmetic (the emitted ``lines``) at the run's
+    first element."""
+    reads = [(number, found) for number, line in enumerate(lines) for found in LOADS.findall(line)]
+    if extent % vec or len(reads) != 1:
+        return None
+    (number, (pointer, index)), = reads
+    address = [line for line in lines[:number] if line.lstrip().startswith("const idx_t ")]
+    return {"pointer": pointer, "vec": vec,
+            "address": "\n".join(address + [f"{' ' * 8}const idx_t {which}_at = {index};"])}
 
 
 def _conv_operand(em: Emitter, op, which: str, g) -> str:
