@@ -54,6 +54,36 @@ def test_ilp_plans_of_real_models_compile_without_spills(path, arch):
     assert not over
 
 
+def _ptx(tmp_path, kernel, arch: str) -> str:
+    """The PTX nvcc makes of ``kernel`` for ``arch``, with the backend's flags."""
+    import subprocess
+
+    from backends.cuda.compile import NVCC_FLAGS
+    from backends.cuda.render import RUNTIME_HEADER, runtime_header
+
+    (tmp_path / RUNTIME_HEADER).write_text(runtime_header())
+    (tmp_path / "k.cu").write_text(kernel.source)
+    flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]
+    subprocess.run(["nvcc", f"-arch={arch}", "-ptx", *flags, "-I", str(tmp_path), str(tmp_path / "k.cu"),
+                    "-o", str(tmp_path / "k.ptx")], check=True, capture_output=True)
+    return (tmp_path / "k.ptx").read_text()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
+def test_operand_tiles_of_a_transposed_weight_load_by_cp_async_from_sm_80(tmp_path, arch):
+    """Both operands of ``x @ w.T`` are read as stored: 16-byte cp.async copies (with
+    cp.async's wait) from sm_80, 16-byte loads before it; B is a column-major fragment."""
+    g = make_graph({"x": ([256, 64], "float16"), "w": ([128, 64], "float16")},
+                   [op("wt", "transpose", ["w"], perm=[1, 0]), op("y", "matmul", ["x", "wt"])], ["y"])
+    (kernel,) = render(partition(g, "ilp")).kernels
+    ptx = _ptx(tmp_path, kernel, arch)
+    async_copies = ptx.count("cp.async.cg.shared.global")
+    assert (async_copies > 0 and "cp.async.wait_all" in ptx) == (arch != "sm_75"), async_copies
+    assert arch != "sm_75" or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
+    assert "wmma.load.b.sync.aligned.col" in ptx and "wmma.load.a.sync.aligned.row" in ptx
+
+
 @needs_nvcc
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_multiply_then_add_is_not_contracted_into_an_fma(tmp_path, dtype):
@@ -67,12 +97,7 @@ def test_fused_multiply_then_add_is_not_contracted_into_an_fma(tmp_path, dtype):
     g = make_graph({"x": ([1024], dtype)}, [op("a", "mul", ["x", 3.0]), op("b", "add", ["a", 1.0])], ["b"])
     (kernel,) = render(partition(g, "ilp")).kernels
     assert list(kernel.ops) == ["a", "b"]
-    (tmp_path / RUNTIME_HEADER).write_text(runtime_header())
-    (tmp_path / "k.cu").write_text(kernel.source)
-    flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]
-    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", *flags, "-I", str(tmp_path), str(tmp_path / "k.cu"),
-                    "-o", str(tmp_path / "k.ptx")], check=True, capture_output=True)
-    ptx = (tmp_path / "k.ptx").read_text()
+    ptx = _ptx(tmp_path, kernel, "sm_90")
     width = "f32" if dtype == "float32" else "f64"
     assert f"fma.rn.{width}" not in ptx
     assert f"mul.rn.{width}" in ptx and f"add.rn.{width}" in ptx
