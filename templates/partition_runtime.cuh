@@ -350,6 +350,47 @@ PART_DEV int part_frag_b_row(int t, int i) { return 2 * t + (i & 1) + 8 * (i >> 
 PART_DEV int part_frag_c_row(int g, int i) { return g + 8 * (i >> 1); }
 PART_DEV int part_frag_c_col(int t, int i) { return 2 * t + (i & 1); }
 
+// ---- ldmatrix (sm_75+): the warp loads N 8x8 matrices of 16-bit elements from shared
+// memory. Lanes 8i..8i+7 give the 16-byte rows of matrix i (lanes past 8N: ignored), and
+// each lane receives, of each matrix i, row lane / 4, columns 2 (lane % 4) and + 1
+// (TRANS: column lane / 4, rows 2 (lane % 4) and + 1) as out[2i], out[2i + 1]: the
+// mma.sync fragment order above. Rows must be 16-byte aligned.
+#ifdef PARTITION_EMULATOR
+template <int N, bool TRANS, class T> PART_DEV void part_ldmatrix(T* out, const T* row) {
+  static_assert(sizeof(T) == 2 && (N == 1 || N == 2 || N == 4), "ldmatrix loads 1, 2 or 4 matrices of 16-bit elements");
+  const T* rows[32];
+  emu::warp_allgather(row, rows);
+  const int lane = threadIdx.x % 32;
+#ifdef EMU_PROFILE
+  if (lane == 0) {
+    static emu::prof::Site site{emu::prof::LDS, "ldmatrix", __FILE__, __LINE__, -1};
+    uintptr_t addr[32] = {};
+    for (int i = 0; i < 8 * N; ++i) addr[i] = reinterpret_cast<uintptr_t>(rows[i]);
+    emu::prof::warp_request(&site, 16, addr, N == 4 ? ~0u : (1u << (8 * N)) - 1);
+  }
+#endif
+  for (int i = 0; i < N; ++i)
+    for (int e = 0; e < 2; ++e)
+      out[2 * i + e] = TRANS ? rows[8 * i + 2 * (lane % 4) + e][lane / 4] : rows[8 * i + lane / 4][2 * (lane % 4) + e];
+}
+#else
+template <int N, bool TRANS, class T> PART_DEV void part_ldmatrix(T* out, const T* row) {
+  static_assert(sizeof(T) == 2 && (N == 2 || N == 4), "ldmatrix loads 2 or 4 matrices of 16-bit elements");
+  uint32_t* r = reinterpret_cast<uint32_t*>(out);
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if (N == 4 && TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+  else if (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(at));
+  else if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(at));
+}
+#endif
+
 #ifdef PARTITION_EMULATOR
 // The emulator gathers the warp's fragments and computes this lane's four outputs,
 // products and sums in float32, k ascending, starting from c (half types: the float32

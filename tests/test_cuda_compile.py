@@ -85,6 +85,19 @@ def test_operand_tiles_of_a_transposed_weight_load_by_cp_async_from_sm_80(tmp_pa
 
 
 @needs_nvcc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_attention_fragments_of_half_types_load_by_ldmatrix(tmp_path, dtype):
+    """Q (x4), K (x2) and V (x2, transposed) fragments: one ldmatrix each instead of 8 or
+    4 two-byte shared loads; float32 fragments (CUDA-core products) keep element loads."""
+    from .attention_graphs import attention
+
+    (kernel,) = [k for k in render(partition(attention(dtype=dtype), "ilp")).kernels if k.kind == "attention"]
+    ptx = _ptx(tmp_path, kernel, "sm_80")
+    found = {form: f"ldmatrix.sync.aligned.m8n8.{form}.shared.b16" in ptx for form in ("x4", "x2", "x2.trans")}
+    assert found == dict.fromkeys(found, dtype != "float32"), found
+
+
+@needs_nvcc
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_multiply_then_add_is_not_contracted_into_an_fma(tmp_path, dtype):
     """A fused ``x*3+1`` must round twice, as the unfused plan does: nvcc contracted

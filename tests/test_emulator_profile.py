@@ -146,6 +146,49 @@ def test_counters_of_known_access_patterns_follow_the_definitions(tmp_path):
     assert {"barriers=8", "shuffles=4", "mma=4", "votes=0", "warp_syncs=0"} <= set(launch[4:])
 
 
+LDMATRIX_CU = r"""
+#include "partition_runtime.cuh"
+
+// One warp: fragments loaded by ldmatrix equal those the mma.sync layout formulas read.
+__global__ void fragments(int* bad) {
+  __shared__ __align__(16) __half tile[16 * 24];  // 16 rows of 16, 8 elements of padding
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  for (int i = lane; i < 16 * 24; i += 32) tile[i] = __float2half(float(i));
+  __syncthreads();
+  part_frag_a<__half> a;
+  part_ldmatrix<4, false>(a.x, &tile[(lane % 8 + 8 * ((lane / 8) & 1)) * 24 + 8 * (lane / 16)]);
+  for (int i = 0; i < 8; ++i)
+    if (float(a.x[i]) != float(tile[part_frag_a_row(g, i) * 24 + part_frag_a_col(t, i)])) atomicAdd(bad, 1);
+  part_frag_b<__half> b, bt;  // B from the tile's rows as columns (K in Q K^T), and transposed (V)
+  part_ldmatrix<2, false>(b.x, &tile[(lane % 8) * 24 + 8 * ((lane / 8) & 1)]);
+  part_ldmatrix<2, true>(bt.x, &tile[(lane % 8 + 8 * ((lane / 8) & 1)) * 24]);
+  for (int i = 0; i < 4; ++i) {
+    if (float(b.x[i]) != float(tile[g * 24 + part_frag_b_row(t, i)])) atomicAdd(bad, 1);
+    if (float(bt.x[i]) != float(tile[part_frag_b_row(t, i) * 24 + g])) atomicAdd(bad, 1);
+  }
+}
+
+int main() {
+  int bad = 0;
+  emu::launch(fragments, dim3(1), dim3(32), 0, &bad);
+  std::printf("%d\n", bad);
+  return emu::prof::write("counters.tsv") ? 0 : 1;
+}
+"""
+
+
+def test_ldmatrix_gives_each_lane_its_mma_fragment_and_counts_as_one_request(tmp_path):
+    (tmp_path / "ldmatrix.cu").write_text(LDMATRIX_CU)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-DPARTITION_EMULATOR", "-DEMU_PROFILE", "-I",
+                    str(ROOT / "templates"), "-I", str(ROOT / "backends" / "cuda" / "emulator"), "-x", "c++",
+                    "ldmatrix.cu", "-o", "ldmatrix"], cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run(["./ldmatrix"], cwd=tmp_path, check=True, capture_output=True, text=True)
+    assert run.stdout.split() == ["0"]  # no element differs from the layout's formulas
+    # x4, x2 and x2.trans: one request each, a quarter-warp phase per 8x8 matrix; rows 48
+    # bytes apart put a matrix's 8 rows of 16 bytes in distinct banks: a wavefront per phase
+    assert _sites((tmp_path / "counters.tsv").read_text()) == {("", "lds"): (3, 8, 8)}
+
+
 def _kernels():
     """One plan, one kernel per op: a coalesced add, an add of a broadcast row, a
     transpose, a 2x2 max-pool of stride 2, a row sum, and float32 (CUDA cores) and

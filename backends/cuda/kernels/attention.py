@@ -15,7 +15,7 @@ import re
 
 from partitioner.attention import Structure, structure
 from partitioner.cost import ATTN_OUT_PAD, ATTN_ROW_PAD, attention_tiling
-from partitioner.dtypes import accumulator_dtype
+from partitioner.dtypes import HALFS, accumulator_dtype
 from partitioner.group import Group
 from partitioner.ops import matmul_shapes
 
@@ -121,7 +121,8 @@ def build(group: Group, index: int, hw) -> dict:
         "grid": (grid, 1, 1), "block": (tiling.threads, 1, 1),
         "smem_dynamic": dynamic, "smem_static": static,
         "context": {
-            "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype), "bm": tiling.block_m,
+            "threads": tiling.threads, "index_type": itype, "op_type": storage_type(dtype),
+            "ldmatrix": dtype in HALFS, "bm": tiling.block_m,
             "bn": tiling.block_n, "dp": d_pad, "dvp": dv_pad, "ldq": d_pad + ATTN_ROW_PAD,
             "ldk": d_pad + ATTN_ROW_PAD, "ldv": dv_pad + ATTN_ROW_PAD, "ldo": dv_pad + ATTN_OUT_PAD,
             "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
