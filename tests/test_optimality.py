@@ -19,6 +19,7 @@ from partitioner.group import Group
 from partitioner.legality import is_legal
 from partitioner.strategies.candidates import enumerate_candidates
 from partitioner.strategies.ilp import structural_bound
+from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
 from .random_graphs import small_graphs
@@ -119,12 +120,14 @@ def test_enumeration_finds_every_legal_group_once(graph):
 @given(small_graphs(max_ops=7, empty=True))
 def test_groups_with_one_signature_are_equally_legal_and_cost_the_same(graph):
     """``Group.signature`` is all that legality and cost read of a group (the
-    enumeration decides each signature once): over every convex subset of a random
-    graph, groups of one signature get one verdict and one objective."""
+    enumeration decides each signature once, and so do the xla baseline's times):
+    over every convex subset of a random graph, groups of one signature get one
+    verdict, one objective and one XLA time."""
     seen = {}
     for group in convex_groups(graph):
         legal = is_legal(group, H100)
         costs = [objective(group, hw, kind) for hw in (H100, SLOW) for kind in OBJECTIVES] if legal else []
+        costs += [xla_time(group, hw) for hw in (H100, SLOW)]
         verdict = (legal, *costs)
         assert seen.setdefault(group.signature, verdict) == verdict, group.ops
 

@@ -122,13 +122,18 @@ class _PriorityFusion:
         self.hw = hw
         self.version: dict[int, int] = {}
         self.heap: list = []
-        self._times: dict[int, float] = {}
+        self._times: dict[tuple, float] = {}  # Group.signature -> xla_time
 
     def time(self, gid: int) -> float:
-        mask = self.state.members[gid]
-        if mask not in self._times:
-            self._times[mask] = xla_time(self.state.group(gid), self.hw)
-        return self._times[mask]
+        return self.group_time(self.state.group(gid))
+
+    def group_time(self, group: Group) -> float:
+        """``xla_time`` of ``group``, computed once per ``Group.signature``: a repeated
+        layer's groups and merges cost the same."""
+        key = group.signature
+        if key not in self._times:
+            self._times[key] = xla_time(group, self.hw)
+        return self._times[key]
 
     def priority(self, producer: int) -> float | None:
         """``time_unfused - time_fused`` of fusing ``producer`` into all its consumers,
@@ -146,7 +151,7 @@ class _PriorityFusion:
         if not _stays_reduction_kernel(merged):
             return None
         unfused = sum(self.time(p) for p in parts)
-        fused = xla_time(merged, self.hw)
+        fused = self.group_time(merged)
         return unfused - fused
 
     def update(self, gid: int) -> None:
