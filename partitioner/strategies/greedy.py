@@ -20,15 +20,12 @@ from .base import Options, Strategy, assemble
 from .merging import Merging
 
 
-def _bytes(group: Group) -> int:
-    return group.bytes_read + group.bytes_written
-
-
 class _Greedy:
     def __init__(self, graph: Graph, hw: Hardware, max_ops: int):
         self.merging = Merging(graph, hw, max_ops)
         self.version = {gid: 0 for gid in self.merging.groups()}
         self.heap: list = []
+        self._moved: dict[tuple, int] = {}  # Group.signature -> bytes read and written
         for a in self.merging.groups():
             for b in self.merging.consumers(a):
                 self._push(a, b)
@@ -38,8 +35,15 @@ class _Greedy:
         merged = m.legal_group(m.members[a] | m.members[b])
         if merged is None:
             return
-        saved = _bytes(m.group(a)) + _bytes(m.group(b)) - _bytes(merged)
+        saved = self._bytes(m.group(a)) + self._bytes(m.group(b)) - self._bytes(merged)
         heapq.heappush(self.heap, (-saved, a, b, self.version[a], self.version[b]))
+
+    def _bytes(self, group: Group) -> int:
+        """Global-memory bytes ``group`` moves, computed once per ``Group.signature``."""
+        key = group.signature
+        if key not in self._moved:
+            self._moved[key] = group.bytes_read + group.bytes_written
+        return self._moved[key]
 
     def run(self) -> list[int]:
         m = self.merging
