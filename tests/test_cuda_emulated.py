@@ -391,9 +391,19 @@ COPIED_OPERANDS = {
         op("wt", "transpose", ["w"], perm=[1, 0]), op("s", "matmul", ["x", "wt"])], ""),
     "computed_prologue": ({"x": [50, 64], "w": [64, 40]}, [
         op("xs", "mul", ["x", 0.5]), op("s", "matmul", ["xs", "w"])], "b"),
-    # a transpose of batch axes is computed as index arithmetic: A by element
+    # a transpose of batch axes keeps each row of A consecutive along k (x[m, bz, k])
     "transposed_batch_axes": ({"x": [4, 24, 16], "w": [24, 16, 8]}, [
-        op("xt", "transpose", ["x"], perm=[1, 0, 2]), op("s", "matmul", ["xt", "w"])], "b"),
+        op("xt", "transpose", ["x"], perm=[1, 0, 2]), op("s", "matmul", ["xt", "w"])], "ab"),
+    # a copy (clone) of a head-split permute, GPT-2's and Llama's attention output into the
+    # output projection: rows of 64 consecutive elements per head along k
+    "clone_of_head_permute": ({"x": [2, 4, 16, 64], "w": [256, 48]}, [
+        op("xp", "transpose", ["x"], perm=[0, 2, 1, 3]), op("xc", "identity", ["xp"]),
+        op("xr", "reshape", ["xc"], shape=[32, 256]), op("s", "matmul", ["xr", "w"])], "ab"),
+    # a slice of the fused q/k/v projection's output, offset by a multiple of 8 and not
+    "slice_at_16": ({"x": [40, 96], "w": [32, 24]}, [
+        op("xs", "slice", ["x"], axes=[1], starts=[16], ends=[48]), op("s", "matmul", ["xs", "w"])], "ab"),
+    "slice_at_3": ({"x": [40, 96], "w": [32, 24]}, [
+        op("xs", "slice", ["x"], axes=[1], starts=[3], ends=[35]), op("s", "matmul", ["xs", "w"])], "b"),
     "conv_weight": ({"x": [2, 16, 10, 10], "w": [24, 16, 3, 3]}, [
         op("s", "conv2d", ["x", "w"], pads=[1, 1, 1, 1])], "b"),
 }

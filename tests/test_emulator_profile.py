@@ -20,7 +20,7 @@ from backends.check import run_and_check
 from backends.cuda import CudaBackend
 from backends.cuda.emulate import run as run_emulated
 from backends.cuda.emulate import run_profiled
-from backends.cuda.kernels.probe import c_integer
+from backends.cuda.kernels.probe import c_integer, contiguous_runs
 from backends.cuda.render import render
 from backends.cuda.sampled import check_written, sample
 from partitioner import partition
@@ -378,6 +378,53 @@ def test_attention_reads_masks_and_biases_through_coalesced_tiles(mask):
 ])
 def test_the_load_order_reads_index_arithmetic_as_c_does(expression, value):
     assert c_integer(expression, {"i": 5}) == value
+
+
+@pytest.mark.parametrize("lines,index,fast,expected", [
+    ([], "n * 4096 + k", "k", True), ([], "n * 4096 + k", "n", False), ([], "k * 768 + n", "n", True),
+    ([], "n * 4100 + k", "k", False),  # rows 4100 elements apart: a run's start is not 16-byte aligned
+    ([], "n * 4096 + k + 3", "k", False), ([], "2 * k", "k", False), ([], "bz * 64 + k", "k", True),
+    (["const idx_t i1 = k - 1;"], "i1", "k", False),  # subtractions are not followed
+    # GPT-2's attention output, permuted by heads and copied, read by the output projection
+    (["const idx_t i1 = m * 768 + k;", "const idx_t i5 = (i1) / 768 * 768 + (i1) % 768;",
+      "const idx_t i8 = ((i5) / 64) % 12;", "const idx_t i9 = (i5) % 64;", "const idx_t i7 = ((i5) / 768) % 1024;"],
+     "i8 * 65536 + i7 * 64 + i9", "k", True),
+    ([], "(k / 9) * 9 + k % 9", "k", False),  # 9 is no multiple of the run: not followed
+    ([], "(k < 3 ? k : 3)", "k", False),
+])
+def test_contiguous_runs_are_proved_from_the_index_arithmetic(lines, index, fast, expected):
+    assert contiguous_runs(lines, index, fast, 8) is expected
+
+
+def test_what_contiguous_runs_proves_holds_at_every_run():
+    """Random index expressions of the codegen's forms; wherever the analysis says runs
+    of 8 are aligned and consecutive, every run over a grid of the variables is."""
+    rng = np.random.default_rng(7)
+
+    def term(depth: int) -> str:
+        choice = rng.integers(0, 5 if depth else 2)
+        if choice == 0:
+            return str(rng.choice([1, 3, 8, 16, 24, 64]))
+        if choice == 1:
+            return str(rng.choice(["k", "m", "k", "bz"]))
+        if choice == 2:
+            return f"({term(depth - 1)} + {term(depth - 1)})"
+        if choice == 3:
+            return f"{term(depth - 1)} * {rng.choice([1, 2, 8, 24, 64])}"
+        return f"({term(depth - 1)}) {rng.choice(['/', '%'])} {rng.choice([3, 8, 16, 24, 64])}"
+
+    proved = 0
+    for _ in range(400):
+        index = f"{term(3)} + k"
+        if not contiguous_runs([], index, "k", 8):
+            continue
+        proved += 1
+        for m in (0, 5):
+            for bz in (0, 3):
+                for start in range(0, 96, 8):
+                    run = [c_integer(index, {"k": start + r, "m": m, "bz": bz}) for r in range(8)]
+                    assert run[0] % 8 == 0 and run == list(range(run[0], run[0] + 8)), (index, m, bz, start)
+    assert proved > 20  # the check above ran on many expressions
 
 
 def test_counting_needs_the_emulator():

@@ -299,6 +299,9 @@ class Emitter:
 
     def _elementwise(self, op: Op, idx: Index) -> str:
         types = [self.graph.tensor(i) if isinstance(i, str) else i for i in op.inputs]
+        if op.kind == "identity" and isinstance(op.inputs[0], str) and types[0].dtype == op.out.dtype:
+            # a copy (PyTorch's clone) is its operand's value: no round trip through float32
+            return self.value(op.inputs[0], broadcast_index(types[0].shape, idx))
         if op.spec.compute_in == "operands":
             cdtype = compute_dtype(promote([t.dtype for t in types if isinstance(t, TensorType)],
                                            [t for t in types if not isinstance(t, TensorType)]))

@@ -7,15 +7,17 @@ so the shared-memory estimate and the kernel agree by construction.
 
 from __future__ import annotations
 
+import re
+
 from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, contraction_dims,
                              shared_memory, tile_elements, tile_row_strides)
 from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
-from partitioner.ops import conv2d_output, matmul_shapes, transpose_perm
+from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
 from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
-from .probe import LOADS, STORES, unit_steps
+from .probe import LOADS, STORES, contiguous_runs, unit_steps
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
@@ -74,14 +76,16 @@ def build(group: Group, index: int, hw) -> dict:
             em.emit(f"{target} = {convert(_conv_operand(em, op, which, g), t.dtype, promoted)};")
         axes = ("m", "k") if which == "a" else ("k", "n")
         probe = {"m": m // 2, "n": n // 2, "k": k // 2, "bz": 0}
-        layout = _plain_layout(group, op, which, sources) if wmma else None
-        if layout is None:
+        copy = None
+        if wmma:
+            vec = VECTOR_BYTES // itemsize(promoted)
+            fixed = "k" if op.kind == "conv2d" and _conv_weight_as_stored(op, which, sources, g) else None
+            copy = _copy(em.lines, which, axes, {"m": m, "n": n, "k": k}, vec, dtypes, promoted, fixed)
+        if copy is None:
             return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes), None
-        # a plain operand is consecutive along its last axis, or its second-to-last when transposed
-        fast = axes[1] if layout == "rows" else axes[0]
-        copy = _copy(em.lines, which, {"m": m, "n": n, "k": k}[fast], VECTOR_BYTES // itemsize(promoted))
-        return "\n".join(em.lines), fast, copy
+        return "\n".join(em.lines), copy["fast"], copy
 
+    dtypes = {params.pointer[arg["tensor"]]: arg["dtype"] for arg in params.args}
     (a_value, a_fast, a_copy), (b_value, b_fast, b_copy) = operand("a"), operand("b")
     epi = Emitter(g, sources, expr_macro(), "idx_t", names)
     epi.depth = 3
@@ -191,49 +195,41 @@ def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], a
     return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
 
 
-def _plain_layout(group: Group, op, which: str, sources: dict) -> str | None:
-    """How contraction operand ``which`` lies in memory when it is read as it is stored,
-    in the product's dtype: ``"rows"`` when it is a contiguous array of its shape (a
-    storage or a reshape of one: its last axis consecutive), ``"columns"`` when it is
-    a transpose of one swapping its last two axes (Llama's projection weights), or a
-    conv's weight (B(k, n) = w[n, k]); None when any op computes it otherwise."""
-    g = group.graph
-    if op.kind == "conv2d":
-        weight = op.inputs[1]
-        plain = which == "b" and weight in sources and g.tensor(weight).dtype == op.promoted
-        return "columns" if plain else None
-    tensor, transposed = op.inputs[0 if which == "a" else 1], False
-    if len(g.tensor(tensor).shape) < 2 or g.tensor(tensor).dtype != op.promoted:
-        return None
-    while tensor not in sources:
-        producer = g.ops[tensor]
-        rank = len(producer.out.shape)
-        same_dtype = producer.out.dtype == g.tensor(producer.inputs[0]).dtype
-        if producer.kind == "transpose" and not transposed and same_dtype \
-                and transpose_perm(rank, producer.attrs.get("perm")) == (*range(rank - 2), rank - 1, rank - 2):
-            transposed = True
-        elif producer.kind != "reshape" or transposed or not same_dtype:
-            return None
-        tensor = producer.inputs[0]
-    return "columns" if transposed else "rows"
+def _conv_weight_as_stored(op, which: str, sources: dict, g) -> bool:
+    """Whether ``which`` is a conv's weight read as it is stored, in the product's dtype:
+    B(k, n) = w[n, k], consecutive along k (its index arithmetic splits k into channel
+    and tap and joins them again, which ``probe.contiguous_runs`` does not follow)."""
+    weight = op.inputs[1]
+    return which == "b" and weight in sources and g.tensor(weight).dtype == op.promoted
 
 
-def _copy(lines: list[str], which: str, extent: int, vec: int) -> dict | None:
-    """The 16-byte copy of a plain operand (``_plain_layout``): ``vec`` elements
-    consecutive in memory along its consecutive tile coordinate, from an element whose
-    index along it is a multiple of ``vec``. Each run lies in one row of a contiguous
-    array whose rows (and batches) are whole runs, so it is consecutive and 16-byte
-    aligned, and wholly in bounds or wholly out, when ``extent`` (the GEMM's size
-    along that coordinate) is a multiple of ``vec``; None otherwise. Its address is
-    the element read's own index arithmetic (the emitted ``lines``) at the run's
-    first element."""
-    reads = [(number, found) for number, line in enumerate(lines) for found in LOADS.findall(line)]
-    if extent % vec or len(reads) != 1:
+_LOADED = re.compile(r"^\s*const \w+ (\w+) = part_load\(PART_LDG\((\w+)\[(.*)\]\)\);$")
+
+
+def _copy(lines: list[str], which: str, axes: tuple[str, str], extents: dict[str, int], vec: int,
+          dtypes: dict[str, str], product: str, fixed: str | None) -> dict | None:
+    """The 16-byte copy of an operand that is read as it is stored: its code (the
+    emitted ``lines``) is index arithmetic, one load of a storage in the ``product``
+    dtype, and that value as the operand. Along the tile axis ``fast`` (``fixed``, or
+    the axis of ``axes`` along which ``probe.contiguous_runs`` proves the load's
+    index steps by one over aligned runs of ``vec``), ``vec`` elements from a multiple
+    of ``vec`` are then one aligned 16-byte vector, wholly in bounds or wholly out when
+    the GEMM's extent along ``fast`` is a multiple of ``vec``. Its address is the
+    load's own index arithmetic at the run's first element. None when any of it fails."""
+    if len(lines) < 2:
         return None
-    (number, (pointer, index)), = reads
-    address = [line for line in lines[:number] if line.lstrip().startswith("const idx_t ")]
-    return {"pointer": pointer, "vec": vec,
-            "address": "\n".join(address + [f"{' ' * 8}const idx_t {which}_at = {index};"])}
+    *head, load, last = lines
+    found = _LOADED.match(load)
+    if not found or last.strip() != f"{which}val = {found.group(1)};" or dtypes.get(found.group(2)) != product:
+        return None
+    if not all(line.lstrip().startswith("const idx_t ") for line in head):
+        return None
+    _, pointer, index = found.groups()
+    fast = fixed or next((axis for axis in axes if contiguous_runs(head, index, axis, vec)), None)
+    if fast is None or extents[fast] % vec:
+        return None
+    return {"pointer": pointer, "vec": vec, "fast": fast,
+            "address": "\n".join(head + [f"{' ' * 8}const idx_t {which}_at = {index};"])}
 
 
 def _conv_operand(em: Emitter, op, which: str, g) -> str:
