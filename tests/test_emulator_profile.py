@@ -390,6 +390,9 @@ def test_the_load_order_reads_index_arithmetic_as_c_does(expression, value):
       "const idx_t i8 = ((i5) / 64) % 12;", "const idx_t i9 = (i5) % 64;", "const idx_t i7 = ((i5) / 768) % 1024;"],
      "i8 * 65536 + i7 * 64 + i9", "k", True),
     ([], "(k / 9) * 9 + k % 9", "k", False),  # 9 is no multiple of the run: not followed
+    ([], "(k / 3) * 8 + k", "k", False),  # k / 3 changes within a run
+    ([], "(k + 4) / 8 * 8 + k", "k", False),  # runs of k + 4 straddle multiples of 8
+    ([], "k % 12 + m * 8", "k", False), ([], "k % 24 + m * 24", "k", True), ([], "(k / 8) * 8 + k % 8", "k", True),
     ([], "(k < 3 ? k : 3)", "k", False),
 ])
 def test_contiguous_runs_are_proved_from_the_index_arithmetic(lines, index, fast, expected):
@@ -397,8 +400,9 @@ def test_contiguous_runs_are_proved_from_the_index_arithmetic(lines, index, fast
 
 
 def test_what_contiguous_runs_proves_holds_at_every_run():
-    """Random index expressions of the codegen's forms; wherever the analysis says runs
-    of 8 are aligned and consecutive, every run over a grid of the variables is."""
+    """Random index expressions of the codegen's forms (k nested in sums, products,
+    quotients and remainders); wherever the analysis says runs of 8 are aligned and
+    consecutive, every run over a grid of the variables is."""
     rng = np.random.default_rng(7)
 
     def term(depth: int) -> str:
@@ -406,7 +410,7 @@ def test_what_contiguous_runs_proves_holds_at_every_run():
         if choice == 0:
             return str(rng.choice([1, 3, 8, 16, 24, 64]))
         if choice == 1:
-            return str(rng.choice(["k", "m", "k", "bz"]))
+            return str(rng.choice(["k", "m", "k", "k", "bz"]))
         if choice == 2:
             return f"({term(depth - 1)} + {term(depth - 1)})"
         if choice == 3:
@@ -414,8 +418,8 @@ def test_what_contiguous_runs_proves_holds_at_every_run():
         return f"({term(depth - 1)}) {rng.choice(['/', '%'])} {rng.choice([3, 8, 16, 24, 64])}"
 
     proved = 0
-    for _ in range(400):
-        index = f"{term(3)} + k"
+    for _ in range(1500):
+        index = term(4)
         if not contiguous_runs([], index, "k", 8):
             continue
         proved += 1
