@@ -42,8 +42,7 @@ def build(group: Group, index: int, hw) -> dict:
     kernel = _emit(group, shape, vec)
     if vec > 1 and _lanes_touch_fewer_sectors(kernel["body"], n, vec, kernel["params"]):
         kernel = _emit(group, shape, 1)
-        unroll = max(1, VECTOR_BYTES // max(itemsize(d) for d in dtypes))
-        steps, lanes = -(-n // (WARP * unroll)), True
+        unroll, steps, lanes = vec, -(-n // (WARP * vec)), True
         if n + WARP * unroll > INT32_LIMIT:  # a last step's indices run past n
             kernel.update(itype="int64_t", bits=64)
     else:
