@@ -17,6 +17,9 @@ from ..codegen import Source, needs_int64, storage_type
 TEMPLATES = "backends.templates"
 # Grid-stride kernels launch at most this many blocks per SM: enough to fill it.
 BLOCKS_PER_SM = 32
+# The widest global access of one thread: a 16-byte vector load or store, or cp.async copy
+# (CUDA C++ Programming Guide, "Device Memory Accesses": 1, 2, 4, 8 or 16 bytes).
+VECTOR_BYTES = 16
 
 
 def _raise(message: str):

@@ -16,12 +16,11 @@ from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
-from .probe import LOADS, STORES, contiguous_runs, unit_steps
+from .common import VECTOR_BYTES, expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
+from .probe import LOADS, STORES, coalesced_steps, contiguous_runs
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
-VECTOR_BYTES = 16  # a plain operand's copies into shared memory (cp.async's widest)
 # Tensor-core epilogue: each warp stages a 16 x 16 fragment in shared memory, rows 16
 # floats apart, or 20 when its lanes read it down the columns (an output consecutive in
 # m): 16 would put a column in 2 banks, 20 (WMMA's float stride is a multiple of 4) in 8.
@@ -187,11 +186,11 @@ def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], a
     """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) keeps more of an
     operand's global reads (or the epilogue's stores, ``accesses=STORES``) coalesced
     over a warp's 32 steps: at the next element or the same one
-    (``probe.unit_steps``; a 3x3 conv's k runs 3 elements, then jumps; its m runs
+    (``probe.coalesced_steps``; a 3x3 conv's k runs 3 elements, then jumps; its m runs
     along a row of pixels; a batch norm's per-channel parameters in the prologue are
     coalesced along both). On a tie the second axis, the default, is kept. Only the
     order of the accesses depends on it, never a value."""
-    unit = {axis: sum(unit_steps(lines, probe, axis, accesses, broadcast=True).values()) for axis in axes}
+    unit = {axis: sum(coalesced_steps(lines, probe, axis, accesses).values()) for axis in axes}
     return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
 
 

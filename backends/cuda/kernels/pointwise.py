@@ -7,11 +7,10 @@ from partitioner.dtypes import itemsize
 from partitioner.group import Group
 
 from ..codegen import INT32_LIMIT, Emitter, Source, delinearize, storage_type, to_storage
-from .common import expr_macro, external_sources, grid_stride_blocks, index_type, parameters
+from .common import VECTOR_BYTES, expr_macro, external_sources, grid_stride_blocks, index_type, parameters
 from .probe import sectors
 
 THREADS = 256
-VECTOR_BYTES = 16
 
 
 def vector_width(dtypes: list[str], n: int) -> int:

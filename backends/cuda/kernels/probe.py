@@ -45,40 +45,36 @@ def addresses(lines: list[str], point: dict[str, int], accesses=LOADS) -> dict[t
     return found
 
 
-def sectors(lines: list[str], warps: list[list[dict[str, int]]], itemsize: dict[str, int],
-            accesses=LOADS) -> int:
-    """The 32-byte sectors the accesses of ``lines`` touch, summed over requests: each
+def sectors(lines: list[str], warps: list[list[dict[str, int]]], itemsize: dict[str, int]) -> int:
+    """The 32-byte sectors the global reads of ``lines`` touch, summed over requests: each
     request is one warp's pass over the body, lane k at the point ``warp[k]``; an
     access's bytes are its element offset times its pointer's ``itemsize`` (buffers
     256-byte aligned, as ``cudaMalloc`` and the emulator place them). Accesses whose
     index cannot be evaluated are not counted."""
     pointers = {(number, at): name for number, line in enumerate(lines)
-                for at, (name, _) in enumerate(accesses.findall(line))}
+                for at, (name, _) in enumerate(LOADS.findall(line))}
     total = 0
     for warp in warps:
         touched: dict[tuple[int, int], set[int]] = {}
         for point in warp:
-            for key, offset in addresses(lines, point, accesses).items():
+            for key, offset in addresses(lines, point).items():
                 size = itemsize[pointers[key]]
                 touched.setdefault(key, set()).update(range(offset * size // 32, ((offset + 1) * size - 1) // 32 + 1))
         total += sum(len(found) for found in touched.values())
     return total
 
 
-def unit_steps(lines: list[str], probe: dict[str, int], axis: str, accesses=LOADS,
-               broadcast: bool = False) -> dict[tuple[int, int], int]:
+def coalesced_steps(lines: list[str], probe: dict[str, int], axis: str, accesses=LOADS) -> dict[tuple[int, int], int]:
     """Per access, how many of a warp's 32 steps of ``axis`` from ``probe`` (one
-    element each) move it to the next or previous element: 32 for an access
-    consecutive along ``axis``, 0 for one that stays put or jumps. With
-    ``broadcast``, a step that stays put counts too: lanes reading one element are
-    coalesced as well (one sector for the warp)."""
+    element each) keep it coalesced: moved to the next or previous element, or kept
+    on the same one (lanes reading one element make one sector for the warp). 32 for
+    an access consecutive along ``axis`` or independent of it, 0 for one that jumps."""
     walk = [addresses(lines, {**probe, axis: probe[axis] + step}, accesses) for step in range(WARP + 1)]
-    near = (0, 1) if broadcast else (1,)
     steps: dict[tuple[int, int], int] = {}
     for before, after in zip(walk, walk[1:]):
         for key in before:
             if key in after:
-                steps[key] = steps.get(key, 0) + (abs(after[key] - before[key]) in near)
+                steps[key] = steps.get(key, 0) + (abs(after[key] - before[key]) <= 1)
     return steps
 
 
