@@ -432,6 +432,19 @@ def test_no_generated_name_is_declared_twice_in_a_kernel(graph_path):
             assert len(names) == len(set(names)), (kernel.name, sorted({n for n in names if names.count(n) > 1}))
 
 
+def test_kernels_that_run_past_the_time_limit_are_a_clean_error(monkeypatch):
+    """A full-size plan emulated whole (mlp_gelu_f16 without --profile) ran past the
+    limit and ended in an internal TimeoutExpired; it is an EmulatorError naming the
+    limit and the sampled check."""
+    from backends.cuda import emulate
+
+    g = make_graph({"x": [64]}, [op("y", "exp", ["x"])], ["y"])
+    rendered = render(partition(g, "ilp"))
+    monkeypatch.setattr(emulate, "TIMEOUT_S", 1e-9)
+    with pytest.raises(EmulatorError, match=r"ran past 1e-09 s .* --profile checks a large plan on sampled blocks"):
+        run_emulated(rendered, input_values(g))
+
+
 def test_a_crashing_kernel_is_named_with_its_signal_and_thread():
     inputs, ops = LAYOUT_CHAINS["compute_reshape_transpose_on_b"]
     g = make_graph(inputs, ops, ["s"])

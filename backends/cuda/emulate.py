@@ -279,6 +279,11 @@ def _read(rendered: Rendered, work: Path, name: str) -> np.ndarray:
 
 
 def _execute_binary(binary: Path, work: Path, *args: str) -> None:
-    result = subprocess.run([str(binary), str(work), *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+    try:
+        result = subprocess.run([str(binary), str(work), *args], capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise EmulatorError(f"the emulated kernels ran past {TIMEOUT_S} s (a kernel that never ends, or a plan "
+                            "too large to emulate whole: --profile checks a large plan on sampled blocks of each "
+                            "kernel, --sample-blocks N)") from None
     if result.returncode != 0:
         raise EmulatorError(failure_message(result.returncode, result.stderr))
