@@ -218,7 +218,8 @@ def op_executions(group: Group) -> dict[str, int]:
     element) and, when it is written or dead, once per own element. A reduction or
     contraction result is computed once and kept, however often it is read. Consumers in
     the same stage of a reduction kernel share a computation (the larger demand
-    counts); each further stage recomputes it. A contraction reads its A operand
+    counts); each further stage recomputes it, and so does each product that loads it
+    as an operand tile. A contraction reads its A operand
     once per tile of N and its B operand once per tile of M (a conv's input once
     per tap of its implicit GEMM); an attention kernel reads Q and the scores once,
     and K and V once per query tile.
@@ -232,7 +233,7 @@ def op_executions(group: Group) -> dict[str, int]:
         return dict.fromkeys(group.ops, 0)
     g = group.graph
     written = set(group.writes) | set(group.sinks)
-    demand: dict[str, dict[int, int]] = {name: {} for name in group.ops}
+    demand: dict[str, dict] = {name: {} for name in group.ops}  # per stage, or (stage, product)
     executions: dict[str, int] = {}
     for name in reversed(group.ops):
         op = g.ops[name]
@@ -247,7 +248,9 @@ def op_executions(group: Group) -> dict[str, int]:
             if producer is None or not group.mask >> g.index[producer] & 1:
                 continue
             need = _operand_demand(group, op, position, n)
-            demand[producer][stage] = max(demand[producer].get(stage, 0), need)
+            # each product of a horizontal group loads its operand tiles itself
+            key = (stage, name) if op.op_class == "contraction" else stage
+            demand[producer][key] = max(demand[producer].get(key, 0), need)
     return executions
 
 
@@ -272,7 +275,7 @@ def _contraction_reads(group: Group, op, position: int, numel: int) -> int:
     per query tile."""
     if group.kind == "attention":  # position 1 is K (first product) or V (second)
         return numel * attention_tiling(group).q_tiles if position == 1 else numel
-    batch, m, n, k = contraction_dims(group)
+    batch, m, n, k = gemm_dims(group.graph, op)
     if position == 0:
         return batch * m * k * -(-n // TILE_N)
     if position == 1:
@@ -538,9 +541,17 @@ def rows_per_block(row: int) -> int:
 
 
 def contraction_dims(group: Group) -> tuple[int, int, int, int]:
-    """(batch, M, N, K) of the group's contraction as a GEMM (implicit GEMM for conv2d)."""
-    op = next(op for op in group.compute if op.op_class == "contraction")
-    shapes = [group.graph.tensor(t).shape for t in op.inputs[:2]]
+    """(batch, M, N, K) of the group's contraction as a GEMM (implicit GEMM for conv2d);
+    for a horizontal group (``horizontal.py``), its siblings' N added up: the GEMM
+    its kernel computes, their weights side by side."""
+    dims = [gemm_dims(group.graph, op) for op in group.compute if op.op_class == "contraction"]
+    batch, m, _, k = dims[0]
+    return batch, m, sum(d[2] for d in dims), k
+
+
+def gemm_dims(graph, op) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of contraction ``op`` as a GEMM (implicit GEMM for conv2d)."""
+    shapes = [graph.tensor(t).shape for t in op.inputs[:2]]
     if op.kind == "matmul":
         batch, m, k, n, _ = matmul_shapes(shapes[0], shapes[1])
         return math.prod(batch), m, n, k

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .graph import Graph, Op
+from .graph import Graph, Op, bits
 
 #: Template kind of a group, by the op classes it contains (see docs/legality.md).
 KINDS = ("view", "pointwise", "reduction", "contraction", "attention", "single")
@@ -24,8 +24,10 @@ class Group:
     Properties (all derived, cached):
         ops: members in topological order; compute: the non-view members.
         kind: ``view`` (only views: free), ``pointwise``, ``reduction``,
-            ``contraction``, ``attention`` (two contractions, or a contraction
-            with reductions: only a FlashAttention-style group can be legal so)
+            ``contraction`` (one contraction, or independent ones: a horizontal
+            group), ``attention`` (two contractions with a path between them, or a
+            contraction with reductions: only a FlashAttention-style group can be
+            legal so)
             or ``single`` (a gather or custom op).
         reads: storages the group reads from global memory (produced outside it or
             graph inputs), each once; ``bytes_read`` counts the bytes of them its
@@ -90,8 +92,10 @@ class Group:
         if not classes:
             return "view"
         if "contraction" in classes:
-            two = (self.compute_mask & self.graph.class_masks["contraction"]).bit_count() > 1
-            return "attention" if two or "reduction" in classes else "contraction"
+            g = self.graph
+            products = self.compute_mask & g.class_masks["contraction"]
+            chained = any(g.descendants_mask[i] & products for i in bits(products))
+            return "attention" if chained or "reduction" in classes else "contraction"
         if "reduction" in classes:
             return "reduction"
         if classes & {"gather", "opaque", "scan"}:

@@ -15,7 +15,10 @@ group.disconnected               members share neither a tensor nor a dependency
 group.not_convex                 a path between two members leaves the group
 op.never_fuses                   gather, cumsum or custom together with another op
 window.kernel                    a pooling op with a contraction or a reduction
-contraction.multiple             two contractions in one group that are no attention pair
+contraction.multiple             contractions in one group that are no attention pair and
+                                 not all independent
+contraction.horizontal           independent contractions that are not matmuls of one A
+contraction.epilogue_mixes       an op downstream of two contractions of a horizontal group
 contraction.with_reduction       a contraction and a reduction in one group, no attention
 attention.operand                an attention product that is not a matmul of matrices, or
                                  whose operands take the scores in the wrong place
@@ -48,10 +51,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from . import attention
+from . import attention, horizontal
 from .cost import DEFAULT_MAX_OPS, budgets
 from .errors import IllegalPlan
-from .graph import Graph, Op
+from .graph import Graph, Op, bits
 from .group import Group
 from .hardware import Hardware
 
@@ -104,10 +107,12 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
 
     These rules count or compare members (never-fusing ops, reduction signatures,
     the op cap, a window op with a contraction or reduction) or depend on ops every
-    convex superset holds too: three
-    contractions, or two whose middle (every op on a path between them, which a
-    convex set must hold) is no attention softmax (``attention.pair``), or a
-    reduction no attention pair of the set's contractions can take. A set breaking
+    convex superset holds too: three contractions with a path between two of them,
+    or two whose middle (every op on a path between them, which a convex set must
+    hold) is no attention softmax (``attention.pair``), or a reduction no attention
+    pair of the set's contractions can take; independent contractions that are not
+    horizontal siblings, or whose members mix their products
+    (``horizontal.violation``), or share the set with a reduction. A set breaking
     one is illegal together with every convex superset; candidate enumeration
     prunes on them.
     """
@@ -124,7 +129,7 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
         op, other = (g.ops[g.names(m & -m)[0]] for m in (windows, anchors))
         return IllegalPlan("window.kernel", f"{op.kind} '{op.name}' fuses only with elementwise and layout ops, "
                            f"not with {other.op_class} '{other.name}'", (op.name, other.name))
-    violation = _contraction_violation(g, compute & classes.get("contraction", 0), reductions)
+    violation = _contraction_violation(g, compute & classes.get("contraction", 0), reductions, compute)
     if violation is not None:
         return violation
     if reductions:
@@ -146,9 +151,18 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     return None
 
 
-def _contraction_violation(g: Graph, contractions: int, reductions: int) -> IllegalPlan | None:
+def _contraction_violation(g: Graph, contractions: int, reductions: int, mask: int) -> IllegalPlan | None:
     """Contractions and reductions together: legal only inside an attention group, so a
-    set is beyond repair unless its contractions and reductions all fit one attention pair."""
+    set is beyond repair unless its contractions and reductions all fit one attention
+    pair. Contractions with no path between them are a horizontal group
+    (``horizontal.violation``), which holds no reduction."""
+    if contractions & (contractions - 1) and horizontal.independent(g, contractions):
+        found = horizontal.violation(g, contractions, mask)
+        if found is None and reductions:
+            first, name = g.names(contractions)[0], g.names(reductions & -reductions)[0]
+            found = IllegalPlan("contraction.with_reduction", f"contraction '{first}' and reduction '{name}' "
+                                "share a group", (first, name))
+        return found
     names = g.names(contractions, limit=3)  # a hull across layers holds hundreds
     if len(names) > 2 or len(names) == 2 and not g.descendants_mask[g.index[names[0]]] >> g.index[names[1]] & 1:
         return IllegalPlan("contraction.multiple", f"'{names[0]}' and '{names[1]}' are both contractions",
@@ -199,21 +213,34 @@ def _pointwise_rules(g: Graph, mask: int, written: set[str]) -> IllegalPlan | No
     )
 
 
-def _contraction_rules(g: Graph, anchor: int, mask: int, written: set[str]) -> IllegalPlan | None:
-    c = g.ops[g.order[anchor]]
-    prologue = g.ancestors_mask[anchor]
-    violation = epilogue_violation(g, c.name, mask)
-    if violation is not None:
-        return violation
-    for name in g.names(mask & g.compute_mask & ~(1 << anchor) & ~g.descendants_mask[anchor]):
+def _contraction_rules(g: Graph, anchors: tuple[int, ...], mask: int, written: set[str]) -> IllegalPlan | None:
+    """The epilogue, written prologue and side-value rules of a group of the
+    contractions ``anchors`` (one, or horizontal siblings): a side value (upstream of
+    no product's store and feeding none) is written only over the one product's
+    iteration space, so a horizontal group, whose tiles each hold one product, writes
+    none."""
+    c = g.ops[g.order[anchors[0]]]
+    prologue = products = 0
+    for i in anchors:
+        violation = epilogue_violation(g, g.order[i], mask)
+        if violation is not None:
+            return violation
+        prologue |= g.ancestors_mask[i]
+        products |= 1 << i | g.descendants_mask[i]
+    for name in g.names(mask & g.compute_mask & ~products):
         if name not in written:
             continue
         if prologue >> g.index[name] & 1:
+            consumer = next(g.order[i] for i in anchors if g.ancestors_mask[i] >> g.index[name] & 1)
             return IllegalPlan("contraction.prologue_written",
-                               f"'{name}' feeds contraction '{c.name}' and is also needed outside the group",
-                               (name, c.name))
-        if g.ops[name].out.numel != c.out.numel:
-            op = g.ops[name]
+                               f"'{name}' feeds contraction '{consumer}' and is also needed outside the group",
+                               (name, consumer))
+        op = g.ops[name]
+        if len(anchors) > 1:
+            return IllegalPlan("contraction.side_written",
+                               f"'{name}' {list(op.out.shape)} is written but a horizontal group stores only over "
+                               f"its products' iteration spaces", (name, c.name))
+        if op.out.numel != c.out.numel:
             return IllegalPlan("contraction.side_written",
                                f"'{name}' {list(op.out.shape)} is written but lies outside the iteration space of "
                                f"'{c.name}' {list(c.out.shape)}", (name, c.name))
@@ -238,17 +265,19 @@ def epilogue_violation(g: Graph, product: str, mask: int) -> IllegalPlan | None:
 def written_violation(g: Graph, kind: str, anchor, mask: int, written: set[str]) -> IllegalPlan | None:
     """The rule every group of ``kind`` holding the ops ``mask`` breaks once the values
     ``written`` leave it, or ``None``: a pointwise group's one iteration space; a
-    contraction's epilogue, written prologue and side values (``anchor``: its index);
+    contraction's epilogue, written prologue and side values (``anchor``: its index,
+    or the indices of a horizontal group's siblings);
     an attention group's epilogue and written feeders (``anchor``: its
     :class:`~partitioner.attention.Pair`). Every ``mask`` member that decides these
-    rules keeps its role in a larger group, so a larger group that still writes those
-    values breaks the rule too: candidate enumeration prunes on it with the values
+    rules keeps its role in a larger group of the same contractions, so a larger
+    group that still writes those values breaks the rule too: candidate enumeration
+    prunes on it with the values
     every group of a branch must write, and :func:`check_group` checks it with the
     group's own writes."""
     if kind == "pointwise":
         return _pointwise_rules(g, mask, written)
     if kind == "contraction":
-        return _contraction_rules(g, anchor, mask, written)
+        return _contraction_rules(g, (anchor,) if isinstance(anchor, int) else anchor, mask, written)
     if kind == "attention":
         violation = epilogue_violation(g, anchor.c2, mask)
         scores = g.descendants_mask[g.index[anchor.c1]] | (1 << g.index[anchor.c1])
@@ -428,8 +457,8 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     if group.kind == "pointwise":
         violation = written_violation(g, "pointwise", None, group.mask, set(group.writes))
     elif group.kind == "contraction":
-        contraction = next(op for op in group.compute if op.op_class == "contraction")
-        violation = written_violation(g, "contraction", g.index[contraction.name], group.mask, set(group.writes))
+        anchors = tuple(bits(group.compute_mask & g.class_masks["contraction"]))
+        violation = written_violation(g, "contraction", anchors, group.mask, set(group.writes))
     elif group.kind == "reduction":
         _check_reduction(group)
     elif group.kind == "attention":

@@ -15,11 +15,13 @@ group kind is enumerated from its own anchor over its own universe of ops:
 * contraction groups: from each contraction, over it and pointwise ops;
 * reduction groups: from each reduction, over the reductions of the same
   signature that come after it and pointwise ops;
+* horizontal contraction groups: from each set of two or more independent
+  horizontal siblings (``horizontal.py``) as one seed, over pointwise ops;
 * attention groups: from each attention pair of contractions (``attention.pairs``)
   with the ops between them, which every convex group holding both holds, as one
   seed, over pointwise ops (ESU with the seed as its anchor vertex: every
-  connected superset of the seed is reached once, and only this anchor holds two
-  contractions);
+  connected superset of the seed is reached once; no other anchor's groups hold
+  these contractions, nor any two);
 * gather and custom ops: alone.
 
 A branch of the search is cut only when no set in it can be legal:
@@ -49,11 +51,13 @@ Each anchor's search is a resumable job; the state budget is shared out in passe
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from ..attention import Pair, pairs
+from .. import horizontal
 from ..cost import objective
 from ..graph import Graph, bits
 from ..group import Group
@@ -95,12 +99,16 @@ SIGNATURE_WORK = 3
 # pathological fan-out cannot starve the other anchors; past it the enumeration is
 # incomplete and the ILP says so.
 MAX_WORK_PER_ANCHOR = 2_000_000
+# Horizontal siblings (``horizontal.py``) seed every subset of two or more of their
+# class: up to 2^10 - 11 = 1,013 seeds for a class of 10 (Llama has classes of 3 and 2).
+MAX_SIBLINGS = 10
 
 #: Why an enumeration stopped short (``Candidates.stopped``), as the report words it.
 STOPPED_BY = {
     "work": "the search budget (--time-limit)",
     "candidates": "the candidate cap",
     "anchor": f"an anchor's cap ({MAX_WORK_PER_ANCHOR:,} units of search work)",
+    "siblings": f"the cap of {MAX_SIBLINGS} horizontal siblings whose every subset is a candidate",
 }
 
 
@@ -298,18 +306,19 @@ class _Search:
         job.stack.append((1 << anchor, start & later, start | (1 << anchor), seed[1], seed[2], 0))
         return job
 
-    def seeded_job(self, p: Pair, universe: int) -> _Job:
-        """ESU from the attention pair ``p``'s seed (its two contractions and every
-        compute op between them) as one anchor vertex, over ``universe``."""
+    def seeded_job(self, kind: str, anchor, seed: int, universe: int) -> _Job:
+        """ESU from the compute ops ``seed`` as one anchor vertex, over ``universe``:
+        an attention pair's two contractions and every compute op between them
+        (``anchor``: the :class:`Pair`), or horizontal siblings (``anchor``: their
+        indices)."""
         g = self.graph
-        seed = (p.middle | (1 << g.index[p.c1]) | (1 << g.index[p.c2])) & g.compute_mask
         near = below = above = 0
         for name in g.names(seed):
             i = g.index[name]
             near |= self.adj[i]
             below |= g.descendants_mask[i]
             above |= g.ancestors_mask[i]
-        job = _Job("attention", p, [], universe, -1, seed=(seed, below, above), tried=seed)
+        job = _Job(kind, anchor, [], universe, -1, seed=(seed, below, above), tried=seed)
         start = self.reachable(job, near & ~seed)
         job.stack.append((seed, start, start | seed, below, above, 0))
         return job
@@ -417,10 +426,38 @@ def _anchors(graph: Graph, search: _Search) -> list[_Job]:
             out.append(search.job("pointwise", i, pointwise, pointwise & later))
         elif op.op_class == "contraction":
             out.append(search.job("contraction", i, pointwise | (1 << i), pointwise))
-            out += [search.seeded_job(p, pointwise) for p in attention_pairs.get(op.name, ())]
+            for p in attention_pairs.get(op.name, ()):
+                seed = (p.middle | (1 << graph.index[p.c1]) | (1 << graph.index[p.c2])) & graph.compute_mask
+                out.append(search.seeded_job("attention", p, seed, pointwise))
+            for siblings in _horizontal_seeds(graph, i, search):
+                out.append(search.seeded_job("contraction", tuple(bits(siblings)), siblings, pointwise))
         elif op.op_class == "reduction":
             same = graph.reduction_classes[graph.reduction_signature(op.name)]
             out.append(search.job("reduction", i, pointwise | same, pointwise | (same & later)))
         else:
             out.append(_Job("alone", i, [1 << i], 0, 0))
     return out
+
+
+def _horizontal_seeds(graph: Graph, i: int, search: _Search) -> list[int]:
+    """The sets of two or more independent horizontal siblings (``horizontal.py``)
+    whose first member is contraction ``i``, as bitsets, each a seed of its own. A
+    class of more than :data:`MAX_SIBLINGS` has too many subsets to seed: only the
+    sets of its first k members are, and the enumeration says it stopped short."""
+    found = []
+    for siblings in horizontal.sibling_classes(graph):
+        if not siblings >> i & 1 or siblings & -siblings != 1 << i:
+            continue
+        members = bits(siblings)
+        if len(members) > MAX_SIBLINGS:
+            subsets = [members[:end] for end in range(2, len(members) + 1)]
+            if "siblings" not in search.stopped:
+                search.stopped.append("siblings")
+        else:
+            subsets = [[members[0], *rest] for r in range(1, len(members))
+                       for rest in itertools.combinations(members[1:], r)]
+        for subset in subsets:
+            mask = sum(1 << j for j in subset)
+            if horizontal.independent(graph, mask):
+                found.append(mask)
+    return found

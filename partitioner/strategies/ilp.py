@@ -36,7 +36,7 @@ import networkx as nx
 from networkx.utils import UnionFind
 from ortools.sat.python import cp_model
 
-from .. import attention
+from .. import attention, horizontal
 from ..cost import display_value, flop_unit, flops_once, objective
 from ..errors import SizeError
 from ..graph import Graph, bits
@@ -77,8 +77,10 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     bytes at the HBM energy plus the contractions' FLOP at theirs.
 
     Launches, counted over the ops with a non-empty result (a group of empty results
-    launches nothing): every gather, cumsum or custom op is alone; a group holds one contraction, or
-    two only as an attention group, whose pairs are disjoint (at most a maximum
+    launches nothing): every gather, cumsum or custom op is alone; a group holds one
+    contraction, or horizontal siblings of one class (``horizontal.sibling_classes``:
+    each class counts as one), or two only as an attention group, whose pairs are
+    disjoint and each cover at most two classes (so they save at most a maximum
     matching of the attention pairs); a reduction signature class with a reduction
     outside every attention pair's softmax needs a reduction group of its own; and a
     group holds at most ``max_ops`` compute ops. Call the larger count ``k``.
@@ -140,7 +142,14 @@ def _launch_bound(g: Graph, max_ops: int) -> int:
     pairs = [p for p in attention.pairs(g) if (1 << g.index[p.c1] | 1 << g.index[p.c2]) & launching]
     matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
     groups = (classes.get("gather", 0) | classes.get("opaque", 0) | classes.get("scan", 0)).bit_count()
-    groups += classes.get("contraction", 0).bit_count() - matched
+    # horizontal siblings may share a group: count each class once (a matching's pairs
+    # still save at most one launch each: each covers at most two classes)
+    contractions = classes.get("contraction", 0)
+    for siblings in horizontal.sibling_classes(g):
+        if siblings & contractions:
+            contractions &= ~siblings
+            contractions |= siblings & -siblings
+    groups += contractions.bit_count() - matched
     in_softmax = 0
     for p in pairs:
         in_softmax |= p.middle

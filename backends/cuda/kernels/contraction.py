@@ -1,6 +1,7 @@
-"""Context of ``contraction.cu.j2``: one matmul or conv2d with its prologue and epilogue.
+"""Context of ``contraction.cu.j2``: one matmul or conv2d with its prologue and epilogue,
+or horizontal sibling matmuls (``partitioner.horizontal``), N concatenated.
 
-The GEMM view (batch, M, N, K) comes from ``cost.contraction_dims`` and the tile
+The GEMM view (batch, M, N, K) of each product comes from ``cost.gemm_dims`` and the tile
 shape from ``cost`` (``TILE_M``, ``TILE_N``, ``TILE_K``, ``CONTRACTION_THREADS``),
 so the shared-memory estimate and the kernel agree by construction.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, contraction_dims,
+from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, gemm_dims,
                              shared_memory, tile_elements, tile_row_strides)
 from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
@@ -36,31 +37,74 @@ def _fma(acc_dtype: str) -> str:
 
 
 def build(group: Group, index: int, hw) -> dict:
+    """The context of a contraction group's kernel: one part per product (one, or the
+    horizontal siblings of ``partitioner.horizontal``, which share M, K, the batch,
+    the dtype and so the tiles), their N tiles side by side in one grid."""
     g = group.graph
-    op = next(o for o in group.compute if o.op_class == "contraction")
+    products = [o for o in group.compute if o.op_class == "contraction"]
     params = parameters(group)
     itype, bits = index_type(group)
-    batch, m, n, k = contraction_dims(group)
+    first = products[0]
+    wmma = first.promoted in ("float16", "bfloat16")
+    acc_dtype = product_accumulator(first.promoted)
+    names = Names()  # one namespace for every emitter of this kernel
+    parts, begin = [], 0
+    for op in products:
+        part = _part(group, op, len(products) > 1, params, names)
+        part["tile_begin"] = begin
+        begin += -(-part["n"] // TILE_N)
+        part["tile_end"] = begin
+        parts.append(part)
+    batch, m, _, k = gemm_dims(g, first)
+    n_tiles, m_tiles = begin, -(-m // TILE_M)
+    smem = shared_memory(group)
+    static, dynamic = shared_memory_split(smem, hw)
+    grid = tile_grid(n_tiles * m_tiles * batch)
+    warps = CONTRACTION_THREADS // 32
+    a_region, b_region = tile_elements(group)
+    return {
+        "template": "contraction.cu.j2", "params": params, "bits": bits,
+        "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
+        "smem_dynamic": dynamic, "smem_static": static,
+        "context": {
+            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
+            "m": m, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
+            "looped": grid < n_tiles * m_tiles * batch, "parts": parts,
+            "wmma": wmma, "op_type": storage_type(first.promoted) if wmma else REGISTER[first.promoted],
+            "acc_reg": REGISTER[acc_dtype], "smem_static": static, "a_region": a_region, "b_region": b_region,
+            "fma": _fma(acc_dtype),
+            "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
+            "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
+            "tm": MICRO, "tn": MICRO,
+        },
+    }
+
+
+def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
+    """The code of one product ``op`` of the group: its operand loads with their
+    prologues, its epilogue and stores (in a horizontal group, of the values
+    downstream of ``op``: each belongs to one product), and its tile walks."""
+    g = group.graph
+    batch, m, n, k = gemm_dims(g, op)
     promoted = op.promoted
     wmma = promoted in ("float16", "bfloat16")
     acc_dtype = product_accumulator(promoted)
     sources = external_sources(group, params)
     a_tensor, b_tensor = op.inputs[0], op.inputs[1]
-
-    names = Names()  # one namespace for the four emitters of this kernel
     head = Emitter(g, sources, expr_macro(), "idx_t", names)
-    head.depth = 2
+    head.depth = 3
     if op.kind == "matmul":
         batch_shape, *_ = matmul_shapes(g.tensor(a_tensor).shape, g.tensor(b_tensor).shape)
         b_idx = tuple(head.index_var(e) for e in delinearize(batch_shape, "bz"))
     else:
         b_idx = ()
+    dtypes = {params.pointer[arg["tensor"]]: arg["dtype"] for arg in params.args}
 
     def operand(which: str) -> tuple[str, str, dict | None]:
         """The operand element's code, the tile coordinate its global reads step along
         consecutively (``_fast_axis``), and its 16-byte copy (``_copy``) where it has one."""
         em = Emitter(g, sources, expr_macro(), "idx_t", names)
-        em.depth = 5
+        em.depth = 6
         tensor = a_tensor if which == "a" else b_tensor
         t = g.tensor(tensor)
         target = f"{which}val"
@@ -84,10 +128,9 @@ def build(group: Group, index: int, hw) -> dict:
             return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes), None
         return "\n".join(em.lines), copy["fast"], copy
 
-    dtypes = {params.pointer[arg["tensor"]]: arg["dtype"] for arg in params.args}
     (a_value, a_fast, a_copy), (b_value, b_fast, b_copy) = operand("a"), operand("b")
     epi = Emitter(g, sources, expr_macro(), "idx_t", names)
-    epi.depth = 3
+    epi.depth = 4
     out_idx = _output_index(epi, op, b_idx, g)
     value = "accv"
     if op.kind == "conv2d" and len(op.inputs) == 3:
@@ -98,8 +141,11 @@ def build(group: Group, index: int, hw) -> dict:
     if op.out.dtype != promoted:
         cvar = epi.declare(op.out.dtype, convert(cvar, promoted, op.out.dtype), "c")
     epi.sources[op.name] = Source("scalar", cvar)
+    below = g.descendants_mask[g.index[op.name]] | 1 << g.index[op.name]
     lin = None
     for w in group.writes:
+        if horizontal and not below >> g.index[w] & 1:
+            continue  # another product's value
         t = g.tensor(w)
         if t.shape == op.out.shape:
             epi.store(w, params.pointer[w], out_idx)
@@ -110,43 +156,22 @@ def build(group: Group, index: int, hw) -> dict:
     # the epilogue stores along n (the default: a row-major product) or along m (an
     # NCHW conv's pixels), whichever its stores step along consecutively
     out_m_fast = _fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), STORES) == "m"
-    smem = shared_memory(group)
-    static, dynamic = shared_memory_split(smem, hw)
-    n_tiles, m_tiles = -(-n // TILE_N), -(-m // TILE_M)
-    grid = tile_grid(n_tiles * m_tiles * batch)
-    op_type = storage_type(promoted) if wmma else REGISTER[promoted]
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
-    warps = CONTRACTION_THREADS // 32
     a_ld, b_ld = tile_row_strides(group)
     if wmma:  # each tile consecutive along the operand's consecutive axis (column-major tiles)
         a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
         b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
     walk = _tile_walk if wmma else _row_major_walk
-    a_region, b_region = tile_elements(group)
     return {
-        "template": "contraction.cu.j2", "params": params, "bits": bits,
-        "grid": (grid, 1, 1), "block": (CONTRACTION_THREADS, 1, 1),
-        "smem_dynamic": dynamic, "smem_static": static,
-        "context": {
-            "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
-            "a_ld": a_ld, "b_ld": b_ld,
-            "m": m, "n": n, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
-            "looped": grid < n_tiles * m_tiles * batch,
-            "wmma": wmma, "op_type": op_type, "acc_reg": REGISTER[acc_dtype],
-            "smem_static": static, "batch_index": "\n".join(head.lines),
-            "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
-            "a_walk": walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
-            "b_walk": walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
-            "a_copy": a_copy and {**a_copy, **_vector_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast, a_copy["vec"])},
-            "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
-            "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
-            "a_region": a_region, "b_region": b_region,
-            "epilogue": "\n".join(epi.lines), "fma": _fma(acc_dtype),
-            "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
-            "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
-            "tm": MICRO, "tn": MICRO, "out_m_fast": out_m_fast,
-            "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
-        },
+        "product": op.name, "n": n, "a_ld": a_ld, "b_ld": b_ld, "batch_index": "\n".join(head.lines),
+        "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
+        "a_walk": walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
+        "b_walk": walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
+        "a_copy": a_copy and {**a_copy, **_vector_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast, a_copy["vec"])},
+        "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
+        "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
+        "epilogue": "\n".join(epi.lines), "out_m_fast": out_m_fast,
+        "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
     }
 
 
