@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from partitioner import load_graph
 
-KINDS = ("unary", "binary", "reduce", "normalize", "matmul", "transpose", "reshape", "broadcast", "slice",
-         "concat", "custom", "gather")
+KINDS = ("unary", "binary", "reduce", "normalize", "matmul", "siblings", "transpose", "reshape", "broadcast",
+         "slice", "concat", "custom", "gather")
 
 
 @st.composite
@@ -20,7 +20,7 @@ def small_graphs(draw, max_ops: int = 8, empty: bool = False):
     kinds = KINDS + (("empty_slice",) * 2 if empty else ())
     m, n = draw(st.sampled_from(sizes))
     dtype = draw(st.sampled_from(["float32", "float16"]))
-    inputs = {"x": [m, n], "y": [m, n], "w": [n, n], "bias": [n], "idx": [m]}
+    inputs = {"x": [m, n], "y": [m, n], "w": [n, n], "v": [n, 384], "bias": [n], "idx": [m]}
     pool: list[tuple[str, tuple[int, ...]]] = [("x", (m, n)), ("y", (m, n))]
     ops: list[dict] = []
 
@@ -52,6 +52,10 @@ def small_graphs(draw, max_ops: int = 8, empty: bool = False):
             add("sub", [src, mean], shape)
         elif kind == "matmul" and shape[-1:] == (n,) and rank == 2:
             add("matmul", [src, "w"], shape)
+        elif kind == "siblings" and shape[-1:] == (n,) and rank == 2 and len(ops) <= max_ops - 2:
+            # horizontal siblings: two products of one A (q/k/v projections)
+            add("matmul", [src, "w"], shape)
+            add("matmul", [src, "v"], (shape[0], 384))
         elif kind == "transpose" and rank == 2:
             add("transpose", [src], shape[::-1], attrs={"perm": [1, 0]})
         elif kind == "reshape" and rank:

@@ -175,7 +175,9 @@ def test_matmul_bias_that_broadcasts_the_product_to_a_larger_shape_is_not_fused(
     assert info.value.reason == "contraction.epilogue_shape" and "big" in info.value.ops
     for strategy in ("greedy", "ilp"):
         groups = partition(g, strategy).groups
-        assert ["mm", "big"] not in groups and ["mm2", "ok"] in groups
+        # mm2's epilogue fuses, beside mm as a horizontal sibling or alone; big never does
+        assert not any({"mm", "big"} <= set(ops) for ops in groups)
+        assert any({"mm2", "ok"} <= set(ops) for ops in groups)
 
 
 def test_reduction_rules():

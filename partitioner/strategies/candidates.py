@@ -441,7 +441,8 @@ def _anchors(graph: Graph, search: _Search) -> list[_Job]:
 
 def _horizontal_seeds(graph: Graph, i: int, search: _Search) -> list[int]:
     """The sets of two or more independent horizontal siblings (``horizontal.py``)
-    whose first member is contraction ``i``, as bitsets, each a seed of its own. A
+    of the classes whose first member is contraction ``i``, as bitsets, each a seed
+    of its own. A
     class of more than :data:`MAX_SIBLINGS` has too many subsets to seed: only the
     sets of its first k members are, and the enumeration says it stopped short."""
     found = []
@@ -454,8 +455,7 @@ def _horizontal_seeds(graph: Graph, i: int, search: _Search) -> list[int]:
             if "siblings" not in search.stopped:
                 search.stopped.append("siblings")
         else:
-            subsets = [[members[0], *rest] for r in range(1, len(members))
-                       for rest in itertools.combinations(members[1:], r)]
+            subsets = [subset for r in range(2, len(members) + 1) for subset in itertools.combinations(members, r)]
         for subset in subsets:
             mask = sum(1 << j for j in subset)
             if horizontal.independent(graph, mask):

@@ -1,0 +1,173 @@
+"""Horizontal contraction groups: matmuls of one A operand with no path between them
+(q/k/v projections) as one kernel. Legality, cost, the exact optimum against brute
+force, the enumeration, the corpus, and the kernels on the emulator."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from backends.cuda.render import render
+from partitioner import evaluate, load_graph, load_hardware, partition
+from partitioner.plan import Plan, SolverInfo
+from partitioner.reference import input_values
+from partitioner.cost import contraction_dims, group_cost, op_executions
+from partitioner.group import Group
+from partitioner.legality import decide
+from partitioner.strategies.candidates import enumerate_candidates
+
+from .conftest import ROOT, make_graph, op
+from .test_cuda_emulated import check
+from .test_optimality import assert_ilp_exact, legal_groups
+
+H100 = load_hardware("h100")
+
+
+def qkv(dtype="float16", m=200, k=72, n=(136, 72, 24)):
+    """``xs = x * 0.5`` feeding three projections: a transposed weight, a plain one,
+    and one of N below a tile; each with an epilogue or none."""
+    inputs = {"x": ([m, k], dtype), "wq": ([n[0], k], dtype), "wk": ([k, n[1]], dtype), "wv": ([k, n[2]], dtype),
+              "b": ([n[1]], dtype)}
+    ops = [op("xs", "mul", ["x", 0.5]),
+           op("wqt", "transpose", ["wq"], perm=[1, 0]), op("q", "matmul", ["xs", "wqt"]), op("qr", "relu", ["q"]),
+           op("xv", "reshape", ["xs"], shape=[m, k]), op("kk", "matmul", ["xv", "wk"]), op("kb", "add", ["kk", "b"]),
+           op("v", "matmul", ["xs", "wv"])]
+    return make_graph(inputs, ops, ["qr", "kb", "v"], dtype=dtype)
+
+
+def reason(graph, ops):
+    return decide(Group.of(graph, ops), H100).reason
+
+
+def test_siblings_with_their_prologues_and_epilogues_form_one_group():
+    g = qkv()
+    assert reason(g, ["xs", "wqt", "q", "qr", "xv", "kk", "kb", "v"]) is None
+    assert reason(g, ["q", "v"]) is None and reason(g, ["wqt", "q", "kk"]) is None
+    assert Group.of(g, ["q", "kk", "v"]).kind == "contraction"
+    assert contraction_dims(Group.of(g, ["q", "kk", "v"])) == (1, 200, 136 + 72 + 24, 72)
+
+
+def test_independent_contractions_of_other_operands_do_not_share_a_group():
+    g = make_graph({"x": [8, 16], "y": [8, 16], "w": [16, 4], "img": [1, 2, 4, 4], "cw": [3, 2, 1, 1],
+                    "z": [2, 8, 16]}, [
+        op("a", "matmul", ["x", "w"]), op("b", "matmul", ["y", "w"]),  # another A
+        op("xt", "transpose", ["x"], perm=[1, 0]), op("c", "matmul", ["xt", "x"]),  # a view of x, not x
+        op("d", "matmul", ["z", "w"]), op("e", "matmul", ["x", "w"]),  # a batch of 2 against none
+        op("f", "conv2d", ["img", "cw"]), op("h", "conv2d", ["img", "cw"])], ["a", "b", "c", "d", "e", "f", "h"])
+    assert reason(g, ["a", "b"]) == "contraction.horizontal"
+    assert reason(g, ["a", "xt", "c"]) == "contraction.horizontal"
+    assert reason(g, ["d", "e"]) == "contraction.horizontal"
+    assert reason(g, ["f", "h"]) == "contraction.horizontal"  # convolutions stay one per group
+    assert reason(g, ["a", "e"]) is None
+
+
+def test_an_op_of_two_products_a_written_side_value_and_a_reduction_are_rejected():
+    g = make_graph({"x": [8, 16], "wg": [16, 32], "wu": [16, 32], "s": [8, 32]}, [
+        op("gate", "matmul", ["x", "wg"]), op("act", "silu", ["gate"]), op("up", "matmul", ["x", "wu"]),
+        op("h", "mul", ["act", "up"]), op("es", "exp", ["s"]), op("y", "add", ["up", "es"]),
+        op("r", "reduce_sum", ["x"], axes=[1])], ["h", "es", "y", "r"])
+    assert reason(g, ["gate", "act", "up"]) is None
+    assert reason(g, ["gate", "act", "up", "h"]) == "contraction.epilogue_mixes"
+    assert reason(g, ["gate", "up", "es", "y"]) == "contraction.side_written"
+    assert reason(g, ["up", "es", "y"]) is None  # one product writes its side value over its own space
+    assert reason(g, ["gate", "up", "r"]) == "contraction.with_reduction"
+
+
+def test_a_shared_prologue_is_recomputed_by_every_product_and_never_written():
+    g = qkv()
+    group = Group.of(g, ["xs", "q", "xv", "kk", "v"])
+    runs = op_executions(group)
+    # xs once per N tile of each product that loads it: 2 + 1 + 1 tiles of 128
+    assert runs["xs"] == 200 * 72 * (2 + 1 + 1)
+    g2 = make_graph({"x": [8, 16], "w": [16, 4]}, [
+        op("xs", "mul", ["x", 0.5]), op("a", "matmul", ["xs", "w"]), op("b", "matmul", ["xs", "w"])], ["a", "b", "xs"])
+    assert reason(g2, ["xs", "a", "b"]) == "contraction.prologue_written"
+
+
+def test_one_kernel_reads_the_shared_operand_once_and_saves_the_launches():
+    g = qkv(m=4096, k=1024, n=(1024, 1024, 1024))
+    together = group_cost(Group.of(g, ["wqt", "q", "kk", "v"]), H100)
+    apart = [group_cost(Group.of(g, ops), H100) for ops in (["wqt", "q"], ["kk"], ["v"])]
+    xs = 4096 * 1024 * 2
+    assert together.bytes_read == sum(c.bytes_read for c in apart) - 2 * xs
+    assert together.flops == sum(c.flops for c in apart)
+    assert together.launches == 1 and together.modeled_time_us < sum(c.modeled_time_us for c in apart)
+    assert together.budgets.shared_memory == apart[0].budgets.shared_memory
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_the_ilp_equals_the_brute_force_over_plans_with_siblings(dtype):
+    g = qkv(dtype=dtype, m=512, k=256, n=(256, 128, 64))
+    assert_ilp_exact(g)
+    found = enumerate_candidates(g, H100, 64)
+    assert found.complete and set(found.masks) == legal_groups(g)
+    plan = partition(g, "ilp")
+    assert any(sum(o in ops for o in ("q", "kk", "v")) > 1 for ops in plan.groups), plan.groups
+
+
+def test_llama_q_k_and_v_projections_share_one_group_in_every_layer():
+    g = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
+    plan = partition(g, "ilp")
+    assert plan.solver.status == "OPTIMAL"
+    products = [sorted(o for o in ops if g.ops[o].op_class == "contraction") for ops in plan.groups]
+    assert ["mm", "mm_1", "mm_2"] in products and ["mm_7", "mm_8", "mm_9"] in products
+    for name in ("greedy", "xla", "tvm", "inductor"):
+        assert plan.cost.modeled_time_us <= partition(g, name).cost.modeled_time_us + 1e-9
+
+
+def test_a_class_over_the_sibling_cap_is_seeded_in_part_and_says_so(monkeypatch):
+    from partitioner.strategies import candidates
+
+    monkeypatch.setattr(candidates, "MAX_SIBLINGS", 2)
+    found = enumerate_candidates(qkv(), H100, 64)
+    assert found.stopped == ("siblings",)
+    g = qkv()
+    masks = [set(g.names(m)) for m in found.masks]
+    assert any({"q", "kk"} <= ops for ops in masks)  # the first two siblings
+    assert not any({"q", "v"} <= ops and "kk" not in ops for ops in masks)  # not a prefix of the class
+
+
+emulated = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+
+
+def emulate(graph, groups):
+    """Run the plan of ``groups`` on the emulator; every output must match NumPy.
+    Returns its kernels."""
+    from backends.check import run_and_check
+
+    from .test_cuda_emulated import EMULATOR
+
+    plan = Plan(graph, H100, "user", groups, evaluate(graph, groups, H100), SolverInfo("USER", 0.0))
+    checks = run_and_check(plan, EMULATOR, inputs=input_values(graph, 3))
+    assert all(c.ok for c in checks), [c for c in checks if not c.ok]
+    return render(plan).kernels
+
+
+@emulated
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_horizontal_kernels_match_numpy_on_the_emulator(dtype):
+    """The three products with the shared prologue in the kernel (each weight, one of
+    them transposed, copied 16 bytes at a time on tensor cores; N of 136, 72 and 24:
+    partial tiles in each part), then without it, and the ilp plan."""
+    g = qkv(dtype)
+    (kernel,) = emulate(g, [["xs", "xv", "wqt", "q", "qr", "kk", "kb", "v"]])
+    parts = re.findall(r"// (\w+): n tiles (\d+) to (\d+)", kernel.source)
+    assert parts == [("q", "0", "1"), ("kk", "2", "2"), ("v", "3", "3")] and kernel.grid == (2 * 4, 1, 1)
+    # each weight is read as stored (xs, computed in the kernel, is not)
+    assert kernel.source.count("part_cp_async16(") == (3 if dtype != "float32" else 0)
+    emulate(g, [["xs"], ["xv"], ["wqt", "q", "qr", "v"], ["kk", "kb"]])
+    check(g, strategies=("ilp",))
+
+
+@emulated
+def test_batched_siblings_and_a_looped_grid_match_numpy(monkeypatch):
+    from backends.cuda.kernels import common
+
+    monkeypatch.setattr(common, "MAX_GRID_X", 3)  # each block loops over tiles of both parts
+    g = make_graph({"x": [3, 130, 40], "w1": [3, 40, 140], "w2": [40, 20], "r": [3, 130, 20]}, [
+        op("a", "matmul", ["x", "w1"]), op("b", "matmul", ["x", "w2"]), op("c", "add", ["b", "r"]),
+        op("t", "tanh", ["a"])], ["t", "c"], dtype="float16")
+    (kernel,) = emulate(g, [["a", "t", "b", "c"]])
+    assert kernel.grid == (3, 1, 1) and "gridDim.x" in kernel.source
