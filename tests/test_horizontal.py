@@ -171,3 +171,19 @@ def test_batched_siblings_and_a_looped_grid_match_numpy(monkeypatch):
         op("t", "tanh", ["a"])], ["t", "c"], dtype="float16")
     (kernel,) = emulate(g, [["a", "t", "b", "c"]])
     assert kernel.grid == (3, 1, 1) and "gridDim.x" in kernel.source
+
+
+def test_xla_merges_sibling_dots_as_its_dot_merger_does_under_32_mib():
+    """DotMerger merges BERT-base's q, k and v projections (13.8 MB each) and not
+    Llama-7B's (160 MB each); priority fusion alone never puts two dots in a kernel."""
+    for name, merged in (("bert_base_2l_b32_s128_f16", True), ("llama7b_2l_b4_s2048_bf16", False)):
+        g = load_graph(ROOT / "graphs" / f"{name}.yaml")
+        for strategy in ("xla", "xla-fmha"):
+            groups = partition(g, strategy).groups
+            siblings = [ops for ops in groups if Group.of(g, ops).kind == "contraction"
+                        and sum(g.ops[o].op_class == "contraction" for o in ops) > 1]
+            assert len(siblings) == (2 if merged else 0), (name, strategy, siblings)
+    g = qkv(m=4096, k=1024, n=(1024, 1024, 1024))  # each dot 18 MiB (A 8, W 2, out 8)
+    assert any({"q", "kk", "v"} <= set(ops) for ops in partition(g, "xla").groups)
+    g = qkv(m=8192, k=2048, n=(1024, 1024, 1024))  # each 52 MiB (A 32, W 4, out 16)
+    assert not any({"q", "kk"} <= set(ops) for ops in partition(g, "xla").groups)

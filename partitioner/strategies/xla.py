@@ -39,11 +39,23 @@ strategy leaves attention to priority fusion, as XLA does; ``xla-fmha`` turns th
 flag on, and each subgraph the rewrite matches becomes a frozen attention group
 (a custom call priority fusion never fuses).
 
+Dot merging. Before fusion, XLA GPU's ``DotMerger``
+(``xla/hlo/transforms/simplifiers/dot_merger.h``) merges dots that share an
+operand and have no path between them into one dot of the other operands
+concatenated, when the input and output bytes of at least one of the two are at
+most ``xla_gpu_dot_merger_threshold_mb`` (32 MiB by default,
+``xla/debug_options_flags.cc``). Here siblings of one A operand
+(``horizontal.py``) merge so, in topological order, each into the dot merged so
+far, as one horizontal group (BERT-base's q, k and v projections merge; Llama-7B's,
+at 160 MB each, do not). Dots that share only their B operand are not merged: no
+template of ours runs them as one kernel.
+
 ``CanFuse`` guards kept (they decide which fusions XLA makes, not what a kernel
 can do): the merged group must be legal (``legality.is_legal``: every fusion
 rule and budget) and close no cycle; at most one of the merged groups may hold a
 reduction of 16 or more elements per row ("both the producer and the consumer
-contain a reduce"); no op after a reduction in the merged group may have another
+contain a reduce"); at most one may hold a contraction (fusion puts one dot in
+a kernel; a producer read by several dots is duplicated into each); no op after a reduction in the merged group may have another
 element count than the reduction's result ("fusion into output of a reduce
 fusion would create a loop fusion"; XLA checks it when the producer is the
 reduction, but with all consumers merged at once the reduction can also come
@@ -54,6 +66,7 @@ from __future__ import annotations
 
 import heapq
 
+from .. import horizontal
 from ..cost import op_compute_seconds, row_length
 from ..graph import Graph
 from ..group import Group
@@ -67,6 +80,8 @@ from .xla_fmha import fmha_rewrites
 MEMORY_COMPUTE_PARALLELISM = 0.95
 #: A reduce over at least this many elements per row is "significant" in CanFuse.
 SIGNIFICANT_REDUCTION = 16
+#: DotMerger's threshold on a dot's input and output bytes (xla_gpu_dot_merger_threshold_mb).
+DOT_MERGER_BYTES = 32 << 20
 #: Reader op classes through which a smaller value is recomputed per output element.
 _BROADCASTING = frozenset({"elementwise", "broadcast"})
 
@@ -145,6 +160,8 @@ class _PriorityFusion:
         parts = [producer, *consumers]
         if sum(_significant_reduction(self.state.group(p)) for p in parts) > 1:
             return None
+        if sum("contraction" in self.state.group(p).classes for p in parts) > 1:
+            return None  # a fusion holds one dot (DotMerger's merged dot counts as one)
         merged = self.state.mergeable(parts)
         if merged is None:
             return None
@@ -175,10 +192,32 @@ class _PriorityFusion:
         return [self.state.members[k] for k in self.state.groups()]
 
 
+def _dot_bytes(graph: Graph, name: str) -> int:
+    op = graph.ops[name]
+    return sum(graph.tensor(t).nbytes for t in op.tensor_inputs) + op.out.nbytes
+
+
+def merge_dots(state: Merging) -> None:
+    """XLA's ``DotMerger`` on the groups of ``state`` (see module docstring): each
+    sibling of a class merges into the dot merged so far when either moves at most
+    :data:`DOT_MERGER_BYTES` and the merge is legal and closes no cycle."""
+    g = state.graph
+    for siblings in horizontal.sibling_classes(g):
+        merged = size = None
+        for name in g.names(siblings):
+            gid, own = state.owner[g.index[name]], _dot_bytes(g, name)
+            if merged is None:
+                merged, size = gid, own
+            elif min(own, size) <= DOT_MERGER_BYTES and state.mergeable([merged, gid]) is not None:
+                merged = state.merge([merged, gid])
+                size += own - g.tensor(g.ops[name].inputs[0]).nbytes  # the shared operand once
+
+
 def xla_groups(graph: Graph, hw: Hardware, max_ops: int, cudnn_fmha: bool = False) -> tuple[list[int], int]:
     """The XLA-style plan as compute-op bitsets (one per group, views left out), and how
     many attention subgraphs the fused-attention rewrite took (with ``cudnn_fmha``)."""
     fusion = _PriorityFusion(graph, hw, max_ops)
+    merge_dots(fusion.state)
     rewritten = 0
     if cudnn_fmha:
         for ops in fmha_rewrites(graph):
