@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -66,7 +67,8 @@ def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
     assert "EMULATOR wall time, not GPU time" in out and "HOST memory, not GPU" in out
     assert "PyTorch eager and torch.compile: not measured" in out
     # the fused small block has an attention group and contractions: both in the compute table
-    assert "| small_block | 3 | attention |" in out and "| small_block | 1 | contraction | 2*b*M*N*K" in out
+    assert re.search(r"\| small_block \| \d+ \| attention \|", out)
+    assert re.search(r"\| small_block \| \d+ \| contraction \| 2\*b\*M\*N\*K", out)
 
 
 def test_an_unknown_graph_is_refused_in_one_line(capsys):
