@@ -215,8 +215,8 @@ def _pointwise_rules(g: Graph, mask: int, written: set[str]) -> IllegalPlan | No
 
 def _contraction_rules(g: Graph, anchors: tuple[int, ...], mask: int, written: set[str]) -> IllegalPlan | None:
     """The epilogue, written prologue and side-value rules of a group of the
-    contractions ``anchors`` (one, or horizontal siblings): a side value (upstream of
-    no product's store and feeding none) is written only over the one product's
+    contractions ``anchors`` (one, or horizontal siblings). A side value (neither a
+    prologue nor downstream of a product) is written only over the product's
     iteration space, so a horizontal group, whose tiles each hold one product, writes
     none."""
     c = g.ops[g.order[anchors[0]]]
@@ -271,9 +271,8 @@ def written_violation(g: Graph, kind: str, anchor, mask: int, written: set[str])
     :class:`~partitioner.attention.Pair`). Every ``mask`` member that decides these
     rules keeps its role in a larger group of the same contractions, so a larger
     group that still writes those values breaks the rule too: candidate enumeration
-    prunes on it with the values
-    every group of a branch must write, and :func:`check_group` checks it with the
-    group's own writes."""
+    prunes on it with the values every group of a branch must write, and
+    :func:`check_group` checks it with the group's own writes."""
     if kind == "pointwise":
         return _pointwise_rules(g, mask, written)
     if kind == "contraction":

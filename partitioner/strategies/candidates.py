@@ -56,8 +56,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from ..attention import Pair, pairs
 from .. import horizontal
+from ..attention import Pair, pairs
 from ..cost import objective
 from ..graph import Graph, bits
 from ..group import Group
@@ -442,9 +442,9 @@ def _anchors(graph: Graph, search: _Search) -> list[_Job]:
 def _horizontal_seeds(graph: Graph, i: int, search: _Search) -> list[int]:
     """The sets of two or more independent horizontal siblings (``horizontal.py``)
     of the classes whose first member is contraction ``i``, as bitsets, each a seed
-    of its own. A
-    class of more than :data:`MAX_SIBLINGS` has too many subsets to seed: only the
-    sets of its first k members are, and the enumeration says it stopped short."""
+    of its own. A class of more than :data:`MAX_SIBLINGS` has too many subsets to
+    seed: only the sets of its first k members are, and the enumeration says it
+    stopped short."""
     found = []
     for siblings in horizontal.sibling_classes(graph):
         if not siblings >> i & 1 or siblings & -siblings != 1 << i:

@@ -55,8 +55,9 @@ can do): the merged group must be legal (``legality.is_legal``: every fusion
 rule and budget) and close no cycle; at most one of the merged groups may hold a
 reduction of 16 or more elements per row ("both the producer and the consumer
 contain a reduce"); at most one may hold a contraction (fusion puts one dot in
-a kernel; a producer read by several dots is duplicated into each); no op after a reduction in the merged group may have another
-element count than the reduction's result ("fusion into output of a reduce
+a kernel; a producer read by several dots is duplicated into each); no op after
+a reduction in the merged group may have another element count than the
+reduction's result ("fusion into output of a reduce
 fusion would create a loop fusion"; XLA checks it when the producer is the
 reduction, but with all consumers merged at once the reduction can also come
 from a consumer).
