@@ -128,6 +128,19 @@ def test_inductor_refuses_to_grow_a_group_past_64_nodes():
     assert len(groups_of(partition(graph, "greedy", max_ops=1000))) == 1
 
 
+def test_inductor_calls_extern_matmuls_with_their_views_and_addmm_bias_and_fuses_nothing_else():
+    """Default Inductor: Linear is ``addmm(b, x, Wᵀ)`` on cuBLAS, its transpose a
+    strided operand; GELU is a kernel of its own, and so is a transpose that another
+    op reads too, or a bias that is not a vector along the rows."""
+    g = make_graph({"x": [64, 32], "w1": [48, 32], "b1": [48], "w2": [16, 48], "b2": [64, 16]}, [
+        op("w1t", "transpose", ["w1"], perm=[1, 0]), op("mm1", "matmul", ["x", "w1t"]), op("a1", "add", ["mm1", "b1"]),
+        op("h", "gelu", ["a1"]), op("w2t", "transpose", ["w2"], perm=[1, 0]), op("mm2", "matmul", ["h", "w2t"]),
+        op("a2", "add", ["mm2", "b2"]), op("e", "exp", ["w2t"])], ["a2", "e"])
+    groups = groups_of(partition(g, "inductor"))
+    assert {"w1t", "mm1", "a1"} in groups and {"h"} in groups and {"mm2"} in groups, groups
+    assert not any({"w2t", "mm2"} <= ops or {"mm2", "a2"} <= ops for ops in groups)
+
+
 def test_inductor_fuses_siblings_that_read_one_buffer():
     """Horizontal fusion: two independent reductions of one input share its read."""
     graph = make_graph({"x": [2048, 1024]},

@@ -18,24 +18,25 @@ attention group.
 Nodes. One scheduler node per compute op at the start; a fused node is a group.
 A node *reads* the storages ``group.Group.reads`` names and *writes* every
 storage its ops produce (Inductor's ``read_writes``: a fused node keeps the
-buffers its members write, used outside or not). A node holding a contraction is
-a *template* (Inductor's Triton matmul/conv templates, which take epilogues but
-not prologues); one holding a reduction is a reduction node.
+buffers its members write, used outside or not). A contraction is an *extern
+kernel* (default options: ``max_autotune`` off, so ``mm``, ``addmm``, ``bmm`` and
+``convolution`` call the vendor library, ``torch/_inductor/kernel/mm.py``), frozen
+before scheduling with the ATen views of its operands and addmm's bias
+(:func:`extern_kernel`); a node holding a reduction is a reduction node.
 
 One round (``fuse_nodes_once``): group the nodes by every buffer they use; within
 each group, every pair (earlier node first) that ``can_fuse`` accepts is a
-candidate (a template later in the pair is tried as the first node too). The
-candidates are sorted by score, highest first: (the first node is not a
-template and they share bytes; both or neither are reductions and they share
-bytes; bytes shared, ``score_fusion_memory``; proximity, minus the distance in
-the original order); remaining ties by the first nodes' topological position.
+candidate. The candidates are sorted by score, highest first: (both or neither
+are reductions and they share bytes; bytes shared, ``score_fusion_memory``;
+proximity, minus the distance in the original order; Inductor's first term,
+whether the first node is not a template, is the same for every pair here);
+remaining ties by the first nodes' topological position.
 Each candidate, mapped to the nodes that now hold its two nodes, is fused when
 ``can_fuse`` still accepts it and the fusion closes no cycle. Rounds repeat
 until a round fuses nothing or ten rounds have run (``fuse_nodes``).
 
-``can_fuse(a, b)``: not the same node; ``a`` does not depend on ``b``; ``b`` is
-not a template, and a template ``a`` takes no reduction; they share at least one
-byte; together at most 64 nodes; vertical fusion (``b`` depends on ``a``) needs
+``can_fuse(a, b)``: not the same node, neither frozen; ``a`` does not depend on
+``b``; they share at least one byte; together at most 64 nodes; vertical fusion (``b`` depends on ``a``) needs
 no node between them (convexity); horizontal fusion (independent nodes) needs
 them within 64 positions of each other in the original order (the peak-memory
 guard); and Inductor's backend check (``can_fuse_vertical`` /
@@ -51,6 +52,9 @@ from .base import Options, Strategy, assemble
 from .inductor_sdpa import sdpa_rewrites
 from .merging import Merging
 
+#: ATen view ops: a matmul or conv operand computed by them alone is passed to the
+#: extern kernel as a strided view (``ReinterpretView``), not materialised.
+VIEW_OPS = frozenset({"transpose", "slice", "broadcast_to"})
 #: ``config.max_fusion_size``: scheduler nodes one fused node may hold.
 MAX_FUSION_SIZE = 64
 #: ``fuse_nodes`` runs at most this many rounds.
@@ -74,9 +78,6 @@ class _Scheduler:
     def used_buffers(self, gid: int) -> list[str]:
         """Storages the node reads or writes, reads first (Inductor's used_buffer_names)."""
         return [*self.state.group(gid).reads, *self.writes(gid)]
-
-    def is_template(self, gid: int) -> bool:
-        return "contraction" in self.state.group(gid).classes
 
     def is_reduction(self, gid: int) -> bool:
         return "reduction" in self.state.group(gid).classes
@@ -111,8 +112,6 @@ class _Scheduler:
         members = self.state.members
         if members[b] & self.ancestors(a):
             return False  # a must run before b
-        if self.is_template(b) or (self.is_template(a) and self.is_reduction(b)):
-            return False  # templates take epilogues only
         if self.shared_bytes(a, b) < SCORE_FUSION_MEMORY_THRESHOLD:
             return False
         if (members[a] | members[b]).bit_count() > MAX_FUSION_SIZE:
@@ -125,8 +124,7 @@ class _Scheduler:
 
     def score(self, a: int, b: int) -> tuple:
         shared = self.shared_bytes(a, b)
-        return (not self.is_template(a) and shared > 0,
-                self.is_reduction(a) == self.is_reduction(b) and shared > 0,
+        return (self.is_reduction(a) == self.is_reduction(b) and shared > 0,
                 shared, -self.proximity(a, b))
 
     def possible_fusions(self) -> list[tuple[int, int]]:
@@ -145,8 +143,6 @@ class _Scheduler:
                     seen.add((a, b))
                     if self.can_fuse(a, b):
                         pairs.append((a, b))
-                    elif self.is_template(b) and self.can_fuse(b, a):
-                        pairs.append((b, a))
         keyed = [(self.score(a, b), -a, -b, a, b) for a, b in pairs]
         keyed.sort(reverse=True)
         return [(a, b) for *_, a, b in keyed]
@@ -167,12 +163,46 @@ class _Scheduler:
         return [self.state.members[k] for k in self.state.groups()]
 
 
+def extern_kernel(graph: Graph, product: str) -> int:
+    """The ops (a bitset) of the extern kernel Inductor calls for contraction
+    ``product``: the product, the ATen views (:data:`VIEW_OPS`) its operands are
+    computed by and nothing else reads, which it passes as strided operands, and for
+    a matmul whose only reader adds a vector along its rows, that bias add
+    (``aten.addmm``, which Inductor never splits)."""
+    g, i = graph, graph.index[product]
+    mask = 1 << i
+    frontier = [t for t in g.ops[product].tensor_inputs]
+    while frontier:
+        producer = g.producer(g.storage[frontier.pop()])
+        if producer is None or g.ops[producer].kind not in VIEW_OPS:
+            continue
+        j = g.index[producer]
+        if g.readers_of[j] & ~mask:
+            continue  # read elsewhere too: Inductor makes it a kernel
+        mask |= 1 << j
+        frontier += g.ops[producer].tensor_inputs
+    op = g.ops[product]
+    readers = g.names(g.readers_of[i])
+    if op.kind == "matmul" and len(readers) == 1 and not g.writes_out[i]:
+        bias = g.ops[readers[0]]
+        others = [t for t in bias.inputs if not (isinstance(t, str) and g.storage[t] == product)]
+        if bias.kind == "add" and len(others) == 1 and isinstance(others[0], str) and \
+                g.tensor(others[0]).shape in ((op.out.shape[-1],), (1, op.out.shape[-1])):
+            mask |= 1 << g.index[bias.name]
+    return mask
+
+
 def inductor_groups(graph: Graph, hw: Hardware, max_ops: int) -> tuple[list[int], list[str]]:
     """The Inductor-style plan as compute-op bitsets (one per group, views left out),
     and the attention patterns it rewrote to SDPA."""
     scheduler = _Scheduler(graph, hw, max_ops)
     rewritten = [name for name, ops in sdpa_rewrites(graph)
                  if scheduler.state.freeze(graph.mask(ops) & graph.compute_mask) is not None]
+    for product in graph.names(graph.class_masks.get("contraction", 0)):
+        if scheduler.state.owner[graph.index[product]] not in scheduler.state.frozen:
+            mask = extern_kernel(graph, product)
+            if scheduler.state.freeze(mask) is None:
+                scheduler.state.freeze(1 << graph.index[product])
     return scheduler.run(), rewritten
 
 
