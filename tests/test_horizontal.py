@@ -187,3 +187,19 @@ def test_xla_merges_sibling_dots_as_its_dot_merger_does_under_32_mib():
     assert any({"q", "kk", "v"} <= set(ops) for ops in partition(g, "xla").groups)
     g = qkv(m=8192, k=2048, n=(1024, 1024, 1024))  # each 52 MiB (A 32, W 4, out 16)
     assert not any({"q", "kk"} <= set(ops) for ops in partition(g, "xla").groups)
+
+
+@emulated
+def test_sibling_reductions_and_pointwise_siblings_share_one_row_kernel_on_the_emulator():
+    """The other horizontal groups: reductions of one signature over one input, in a
+    multi-reduction row kernel that writes each result, with the pointwise siblings
+    of the rows' shape that read the same input, written from the same rows."""
+    g = make_graph({"x": [37, 130]}, [
+        op("s", "reduce_sum", ["x"], axes=[1]), op("m", "reduce_max", ["x"], axes=[1]),
+        op("q", "mul", ["x", "x"]), op("ss", "reduce_sum", ["q"], axes=[1]),
+        op("e", "exp", ["x"]), op("n", "neg", ["x"])], ["s", "m", "ss", "e", "n"])
+    plan = partition(g, "ilp")
+    assert [(c.kind, set(c.ops)) for c in plan.cost.groups] == [("reduction", {"s", "m", "q", "ss", "e", "n"})]
+    (kernel,) = render(plan).kernels
+    assert sum(a["role"] == "out" for a in kernel.args) == 5 and plan.cost.bytes_read == 37 * 130 * 4
+    check(g, strategies=("ilp",))
