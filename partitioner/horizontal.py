@@ -11,9 +11,12 @@ Two matmuls are *horizontal siblings* when their first operands are one value (t
 same storage, viewed at the same shape: a reshape keeps row-major order, so that
 is the same matrix), their batch dims are equal and they compute in one dtype:
 then they have the same M, K and batch, and the same tile sizes and shared memory.
-A group may hold any number of horizontal siblings with no path between them; each
-op downstream of one of them is that one's epilogue, and no op may be downstream of
-two (its tile would need two products). Conv2d groups stay one contraction each.
+Two convolutions of one group are siblings when they read one input through the
+same window (kernel size, strides, pads, dilations): then their implicit GEMMs have
+one A (the 1x1 convolutions of an Inception block, or of a ResNet bottleneck and its
+projection shortcut at stride 1). A group may hold any number of horizontal siblings
+with no path between them; each op downstream of one of them is that one's epilogue,
+and no op may be downstream of two (its tile would need two products).
 """
 
 from __future__ import annotations
@@ -24,17 +27,24 @@ from .ops import matmul_shapes
 
 
 def sibling_key(g: Graph, name: str) -> tuple | None:
-    """What makes matmul ``name`` a horizontal sibling of another: (storage of A, A's
-    shape, the product's batch dims, its compute dtype); ``None`` for a conv2d or a
-    matrix-vector product, which have no sibling."""
+    """What makes contraction ``name`` a horizontal sibling of another: for a matmul,
+    (storage of A, A's shape, the product's batch dims, its compute dtype); for a
+    conv2d of one group, its input's storage and shape, the window (weight shape but
+    for the output channels, strides, pads, dilations) and dtype, which fix its
+    implicit GEMM's A. ``None`` for a matrix-vector product or a grouped conv,
+    which have no sibling."""
     op = g.ops[name]
-    if op.kind != "matmul":
-        return None
     a, b = (g.tensor(t) for t in op.inputs[:2])
+    if op.kind == "conv2d":
+        if op.attrs["groups"] != 1:
+            return None
+        window = tuple(op.attrs[k] if isinstance(op.attrs[k], int) else tuple(op.attrs[k])
+                       for k in ("strides", "pads", "dilations"))
+        return "conv2d", g.storage[op.inputs[0]], a.shape, b.shape[1:], window, op.promoted
     if len(a.shape) < 2 or len(b.shape) < 2:
         return None
     batch, *_ = matmul_shapes(a.shape, b.shape)
-    return g.storage[op.inputs[0]], a.shape, batch, op.promoted
+    return "matmul", g.storage[op.inputs[0]], a.shape, batch, op.promoted
 
 
 def sibling_classes(g: Graph) -> tuple[int, ...]:
@@ -65,7 +75,8 @@ def violation(g: Graph, contractions: int, mask: int) -> IllegalPlan | None:
     for other in names[1:]:
         if first is None or sibling_key(g, other) != first:
             return IllegalPlan("contraction.horizontal", f"'{names[0]}' and '{other}' have no path between them but "
-                               "are not matmuls of one A operand at one batch shape and dtype", (names[0], other))
+                               "are not matmuls of one A operand at one batch shape and dtype, nor convolutions of "
+                               "one input through one window", (names[0], other))
     seen = 0
     for i in bits(contractions):
         below = g.descendants_mask[i] & mask

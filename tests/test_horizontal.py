@@ -59,7 +59,7 @@ def test_independent_contractions_of_other_operands_do_not_share_a_group():
     assert reason(g, ["a", "b"]) == "contraction.horizontal"
     assert reason(g, ["a", "xt", "c"]) == "contraction.horizontal"
     assert reason(g, ["d", "e"]) == "contraction.horizontal"
-    assert reason(g, ["f", "h"]) == "contraction.horizontal"  # convolutions stay one per group
+    assert reason(g, ["f", "h"]) is None  # convolutions of one input through one window
     assert reason(g, ["a", "e"]) is None
 
 
@@ -202,4 +202,25 @@ def test_sibling_reductions_and_pointwise_siblings_share_one_row_kernel_on_the_e
     assert [(c.kind, set(c.ops)) for c in plan.cost.groups] == [("reduction", {"s", "m", "q", "ss", "e", "n"})]
     (kernel,) = render(plan).kernels
     assert sum(a["role"] == "out" for a in kernel.args) == 5 and plan.cost.bytes_read == 37 * 130 * 4
+    check(g, strategies=("ilp",))
+
+
+@emulated
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_sibling_convolutions_of_one_input_match_numpy_on_the_emulator(dtype):
+    """1x1 convolutions of one input (an Inception block's branches, a bottleneck and
+    its projection shortcut) as one implicit GEMM, each with its bias and epilogue;
+    a 3x3 window or another stride is no sibling, and a grouped conv has none."""
+    g = make_graph({"x": ([2, 16, 9, 11], dtype), "w1": ([24, 16, 1, 1], dtype), "w2": ([136, 16, 1, 1], dtype),
+                    "b2": ([136], dtype), "w3": ([8, 16, 3, 3], dtype), "w4": ([8, 16, 1, 1], dtype),
+                    "w5": ([16, 4, 1, 1], dtype)}, [
+        op("c1", "conv2d", ["x", "w1"]), op("r1", "relu", ["c1"]), op("c2", "conv2d", ["x", "w2", "b2"]),
+        op("t2", "tanh", ["c2"]), op("c3", "conv2d", ["x", "w3"], pads=[1, 1, 1, 1]),
+        op("c4", "conv2d", ["x", "w4"], strides=[2, 2]), op("c5", "conv2d", ["x", "w5"], groups=4)],
+        ["r1", "t2", "c3", "c4", "c5"], dtype=dtype)
+    for other in ("c3", "c4", "c5"):
+        assert reason(g, ["c1", other]) == "contraction.horizontal"
+    (kernel,) = emulate(g, [["c1", "r1", "c2", "t2"], ["c3"], ["c4"], ["c5"]])[:1]
+    assert re.findall(r"// (\w+): n tiles (\d+) to (\d+)", kernel.source) == [("c1", "0", "0"), ("c2", "1", "2")]
+    assert any({"c1", "c2"} <= set(ops) for ops in partition(g, "ilp").groups)
     check(g, strategies=("ilp",))
