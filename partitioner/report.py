@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .cost import UNITS
+from .cost import UNITS, contraction_dims, gemm_dims
 from .plan import Plan
 
 _MODELLED = "modelled by the cost model (docs/cost-model.md), not measured"
@@ -146,6 +146,20 @@ def _tiling_lines(plan: Plan) -> list[str]:
     return [f"attention #{k}: {g.tiling.describe()}" for k, g in enumerate(plan.cost.groups) if g.tiling is not None]
 
 
+def _horizontal_lines(plan: Plan) -> list[str]:
+    """One line per horizontal contraction group: its products, one grid of their N
+    tiles side by side, and the operand they share (read once)."""
+    lines = []
+    for k, g in enumerate(plan.cost.groups):
+        products = [op for op in g.group.compute if op.op_class == "contraction"]
+        if g.kind == "contraction" and len(products) > 1:
+            _, m, n, kk = contraction_dims(g.group)
+            widths = " + ".join(str(gemm_dims(plan.graph, op)[2]) for op in products)
+            lines.append(f"horizontal #{k}: {len(products)} products ({', '.join(op.name for op in products)}) of "
+                         f"one A operand '{products[0].inputs[0]}', one {m}x{n}x{kk} GEMM grid (N = {widths})")
+    return lines
+
+
 def _views_line(plan: Plan) -> str | None:
     views = [name for g in plan.cost.groups if g.kind == "view" for name in g.ops]
     if not views:
@@ -250,7 +264,7 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
         for k, g in enumerate(plan.cost.groups):
             if g.kind != "view":
                 console.print(f"  [{k}] {g.kind}: {', '.join(g.ops)}", markup=False)
-    for line in _tiling_lines(plan):
+    for line in _tiling_lines(plan) + _horizontal_lines(plan):
         console.print(line, markup=False)
     views = _views_line(plan)
     if views:

@@ -224,3 +224,20 @@ def test_sibling_convolutions_of_one_input_match_numpy_on_the_emulator(dtype):
     assert re.findall(r"// (\w+): n tiles (\d+) to (\d+)", kernel.source) == [("c1", "0", "0"), ("c2", "1", "2")]
     assert any({"c1", "c2"} <= set(ops) for ops in partition(g, "ilp").groups)
     check(g, strategies=("ilp",))
+
+
+def test_the_report_names_each_horizontal_group_and_its_grid(tmp_path, capsys):
+    import yaml
+
+    from partitioner import cli
+
+    path = tmp_path / "qkv.yaml"
+    g = qkv()
+    path.write_text(yaml.safe_dump({
+        "name": "qkv", "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in g.inputs.items()],
+        "ops": [{"name": o.name, "op": o.kind, "inputs": list(o.inputs), **({"attrs": dict(o.attrs)} if o.attrs else {})}
+                for o in g.ops.values()], "outputs": list(g.outputs)}))
+    assert cli.main([str(path), "--report"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "horizontal #" in out and "3 products (q, kk, v) of one A operand 'xs'" in out
+    assert "200x232x72 GEMM grid (N = 136 + 72 + 24)" in out

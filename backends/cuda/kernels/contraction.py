@@ -1,5 +1,5 @@
 """Context of ``contraction.cu.j2``: one matmul or conv2d with its prologue and epilogue,
-or horizontal sibling matmuls (``partitioner.horizontal``), N concatenated.
+or horizontal siblings (``partitioner.horizontal``), their N side by side.
 
 The GEMM view (batch, M, N, K) of each product comes from ``cost.gemm_dims`` and the tile
 shape from ``cost`` (``TILE_M``, ``TILE_N``, ``TILE_K``, ``CONTRACTION_THREADS``),
@@ -85,7 +85,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
     prologues, its epilogue and stores (in a horizontal group, of the values
     downstream of ``op``: each belongs to one product), and its tile walks."""
     g = group.graph
-    batch, m, n, k = gemm_dims(g, op)
+    _, m, n, k = gemm_dims(g, op)
     promoted = op.promoted
     wmma = promoted in ("float16", "bfloat16")
     acc_dtype = product_accumulator(promoted)
