@@ -128,6 +128,36 @@ def test_inductor_refuses_to_grow_a_group_past_64_nodes():
     assert len(groups_of(partition(graph, "greedy", max_ops=1000))) == 1
 
 
+def test_xla_multi_output_fusion_joins_sibling_fusions_of_one_input():
+    g = make_graph({"x": [256, 512], "s": [1]}, [
+        op("e", "exp", ["x"]), op("t", "tanh", ["e"]), op("n", "neg", ["x"]), op("g", "sigmoid", ["n"]),
+        op("a", "add", ["s", 1.0]), op("b", "mul", ["s", 2.0])], ["t", "g", "a", "b"])
+    groups = groups_of(partition(g, "xla"))
+    assert {"e", "t", "n", "g"} in groups  # two fusions reading x
+    assert {"a"} in groups and {"b"} in groups  # a one-element parent is no profitable operand
+
+
+def test_xla_sibling_fusion_refuses_disjoint_slices_of_a_large_parent():
+    def plan(second_start):
+        g = make_graph({"x": [256, 512]}, [
+            op("l", "slice", ["x"], axes=[1], starts=[0], ends=[256]), op("e", "exp", ["l"]), op("t", "tanh", ["e"]),
+            op("r", "slice", ["x"], axes=[1], starts=[second_start], ends=[second_start + 256]),
+            op("n", "neg", ["r"]), op("g", "sigmoid", ["n"])], ["t", "g"])
+        return groups_of(partition(g, "xla"))
+    assert {"l", "e", "t"} in plan(256) and {"r", "n", "g"} in plan(256)
+    assert {"l", "e", "t", "r", "n", "g"} in plan(128)
+
+
+def test_xla_fuses_a_producer_into_one_consumer_while_it_still_writes_its_value():
+    """Priority fusion cannot take exp into both reductions (rows and columns differ);
+    multi-output fusion puts it with the row sum and writes it for the column sum."""
+    g = make_graph({"x": [64, 128]}, [
+        op("p", "exp", ["x"]), op("r", "reduce_sum", ["p"], axes=[1]), op("c", "reduce_sum", ["p"], axes=[0])],
+        ["r", "c"])
+    groups = groups_of(partition(g, "xla"))
+    assert {"p", "r"} in groups and {"c"} in groups, groups
+
+
 def test_inductor_calls_extern_matmuls_with_their_views_and_addmm_bias_and_fuses_nothing_else():
     """Default Inductor: Linear is ``addmm(b, x, Wᵀ)`` on cuBLAS, its transpose a
     strided operand; GELU is a kernel of its own, and so is a transpose that another

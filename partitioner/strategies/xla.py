@@ -50,6 +50,10 @@ far, as one horizontal group (BERT-base's q, k and v projections merge; Llama-7B
 at 160 MB each, do not). Dots that share only their B operand are not merged: no
 template of ours runs them as one kernel.
 
+Multi-output fusion. After priority fusion, XLA's ``GpuMultiOutputFusion`` joins
+siblings that read one value and fuses producers into one consumer while they
+still write their value for the others (``xla_mof.py``).
+
 ``CanFuse`` guards kept (they decide which fusions XLA makes, not what a kernel
 can do): the merged group must be legal (``legality.is_legal``: every fusion
 rule and budget) and close no cycle; at most one of the merged groups may hold a
@@ -75,6 +79,7 @@ from ..hardware import Hardware
 from .base import Options, Strategy, assemble
 from .merging import Merging
 from .xla_fmha import fmha_rewrites
+from .xla_mof import multi_output_fusion
 
 #: Share of the shorter of compute and memory time hidden under the longer
 #: (``kMemoryComputeParallelism`` in gpu_performance_model_base.h).
@@ -180,7 +185,7 @@ class _PriorityFusion:
             anchor = self.state.members[gid].bit_length() - 1  # its last op: the stable id
             heapq.heappush(self.heap, (-prio, -anchor, gid, self.version[gid]))
 
-    def run(self) -> list[int]:
+    def run(self) -> None:
         for gid in self.state.groups():
             self.update(gid)
         while self.heap:
@@ -190,7 +195,6 @@ class _PriorityFusion:
             merged = self.state.merge([gid, *self.state.consumers(gid)])
             for other in [merged, *self.state.producers(merged)]:
                 self.update(other)
-        return [self.state.members[k] for k in self.state.groups()]
 
 
 def _dot_bytes(graph: Graph, name: str) -> int:
@@ -225,7 +229,9 @@ def xla_groups(graph: Graph, hw: Hardware, max_ops: int, cudnn_fmha: bool = Fals
     if cudnn_fmha:
         for ops in fmha_rewrites(graph):
             rewritten += fusion.state.freeze(graph.mask(ops) & graph.compute_mask) is not None
-    return fusion.run(), rewritten
+    fusion.run()
+    multi_output_fusion(fusion.state, fusion.group_time)
+    return [fusion.state.members[k] for k in fusion.state.groups()], rewritten
 
 
 class Xla(Strategy):
