@@ -36,7 +36,7 @@ from .attention import contraction_pair, pair, staged_scores
 from .dtypes import HALFS, compute_dtype, itemsize, reduction_accumulator
 from .group import Group
 from .hardware import Hardware
-from .ops import conv2d_output, matmul_shapes
+from .ops import conv2d_output, matmul_shapes, transpose_perm
 from .pooling import window_elements
 
 #: The objectives the ILP can minimise (``--objective``).
@@ -89,6 +89,13 @@ ATTN_OUT_PAD = 4
 # modulo 32 (144-byte rows of 64 keys, 80-byte rows of 32); a 1-byte mask's 80-byte
 # rows put the 8 rows' word pairs on distinct banks too (4-byte masks stay 2-way).
 ATTN_SCORE_PAD_BYTES = 16
+# Pointwise kernels that transpose their innermost axis (templates/pointwise.cu.j2's
+# tiled mode) stage TRANSPOSE_TILE x TRANSPOSE_TILE elements of each written value in
+# shared memory: computed with lanes along the axis their reads are consecutive in,
+# stored with lanes along the innermost axis (the classic tiled transpose of CUDA's
+# samples, CUTLASS and Triton's layout conversions). Rows are padded to an odd number
+# of 4-byte words (transpose_tile_row), so that a column of 32 falls on 32 banks.
+TRANSPOSE_TILE = 32
 # Register estimate: indices, loop bounds and the grid-stride counter.
 BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
@@ -590,8 +597,37 @@ def tile_elements(group: Group) -> tuple[int, int]:
     return a, b
 
 
+def transposes_innermost_axis(group: Group) -> bool:
+    """Whether a transpose of the group moves a tensor's innermost axis: the only
+    pointwise groups whose kernel may stage a tile (:data:`TRANSPOSE_TILE`)."""
+    for op in group.compute:
+        rank = len(op.out.shape)
+        if op.kind == "transpose" and rank and transpose_perm(rank, op.attrs.get("perm"))[-1] != rank - 1:
+            return True
+    return False
+
+
+def transpose_tile_row(dtype: str) -> int:
+    """Elements from one row of a transpose tile of ``dtype`` to the next: ``TRANSPOSE_TILE``
+    and the padding that makes the row an odd number of 4-byte words (33 floats, 34
+    halves, 36 bytes; 33 for 8-byte types, whose 32 lanes take two wavefronts anyway)."""
+    return TRANSPOSE_TILE + max(1, 4 // itemsize(dtype))
+
+
+def transpose_tile_bytes(group: Group) -> int:
+    """Shared memory of a pointwise kernel's transpose tiles: one padded tile per
+    written value (``TRANSPOSE_TILE`` rows of :func:`transpose_tile_row` elements)."""
+    g = group.graph
+    return sum(align16(TRANSPOSE_TILE * transpose_tile_row(dtype) * itemsize(dtype))
+               for dtype in (g.tensor(w).dtype for w in group.writes))
+
+
 def shared_memory(group: Group) -> int:
-    """Bytes of shared memory per block the group's kernel needs (estimate)."""
+    """Bytes of shared memory per block the group's kernel needs (estimate; for a
+    pointwise group that transposes its innermost axis, the tiles its kernel may
+    stage, an upper bound)."""
+    if group.kind == "pointwise":
+        return transpose_tile_bytes(group) if transposes_innermost_axis(group) else 0
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":

@@ -251,15 +251,18 @@ def test_a_strided_pooling_window_with_its_lanes_at_consecutive_outputs(counted)
     assert pool.requests("stg").efficiency == 1.0
 
 
-def test_a_transposed_read_is_a_quarter_efficient(counted):
+def test_a_transpose_is_staged_through_a_tile_and_coalesced_both_ways(counted):
     xt = counted[0]["xt"]
-    # a lane writes 8 halves of a row of xt (vector store: efficiency 1); for each of the
-    # 8, the warp's 32 lanes read x at 8 columns (256 bytes apart) x 4 consecutive rows:
-    # 8 sectors holding 64 bytes, ideal 2
-    load = xt.requests("ldg")
-    assert load.units == 8 * load.requests and load.ideal == 2 * load.requests
-    assert load.efficiency == 0.25
-    assert xt.requests("stg").efficiency == 1.0
+    # lanes along x's rows read 32 consecutive halves (64 bytes, 2 sectors) into a tile of
+    # 32 x 33 halves, then store 32 consecutive halves of xt's rows: both coalesced, where
+    # a lane writing 8 halves of xt read x 256 bytes apart (efficiency 0.25); the tile's
+    # column reads, 33 halves apart, fall on 32 banks (one wavefront per request)
+    for kind in ("ldg", "stg"):
+        r = xt.requests(kind)
+        assert r.efficiency == 1.0 and r.units == 2 * r.requests, kind
+    for kind in ("lds", "sts"):
+        r = xt.requests(kind)
+        assert r.requests == 64 * 64 // 32 and r.units == r.requests, kind
 
 
 def test_float32_product_main_loop_meets_no_bank_conflict(counted):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from partitioner.cost import WARP
+import math
+
+from partitioner.cost import (TRANSPOSE_TILE, WARP, transpose_tile_bytes, transpose_tile_row,
+                             transposes_innermost_axis)
 from partitioner.dtypes import itemsize
 from partitioner.group import Group
 
 from ..codegen import INT32_LIMIT, Emitter, Source, delinearize, storage_type, to_storage
-from .common import VECTOR_BYTES, expr_macro, external_sources, grid_stride_blocks, index_type, parameters
+from .common import (BLOCKS_PER_SM, VECTOR_BYTES, expr_macro, external_sources, grid_stride_blocks, index_type,
+                     parameters)
 from .probe import sectors
 
 THREADS = 256
@@ -39,6 +43,9 @@ def build(group: Group, index: int, hw) -> dict:
     aligned = bool(writes) and all(g.tensor(w).shape == shape for w in writes)
     vec = vector_width(dtypes, n) if aligned else 1
     kernel = _emit(group, shape, vec)
+    axis = _tile_axis(group, shape, n) if transposes_innermost_axis(group) else None
+    if axis is not None:
+        return _tiled(group, shape, axis, hw)
     if vec > 1 and _lanes_touch_fewer_sectors(kernel["body"], n, vec, kernel["params"]):
         kernel = _emit(group, shape, 1)
         unroll, steps, lanes = vec, -(-n // (WARP * vec)), True
@@ -50,9 +57,71 @@ def build(group: Group, index: int, hw) -> dict:
         "template": "pointwise.cu.j2", "params": kernel["params"], "bits": kernel["bits"],
         "grid": (grid_stride_blocks(max(1, -(-n // unroll)), THREADS, hw.sm_count), 1, 1),
         "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": 0,
-        "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "vec": unroll, "steps": steps,
+        "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "tiled": False, "vec": unroll,
+                    "steps": steps,
                     "lanes": lanes, "warp": WARP, "body": kernel["body"], "vector_loads": kernel["loads"],
                     "vector_stores": kernel["stores"]},
+    }
+
+
+def _tile_axis(group: Group, shape: tuple[int, ...], n: int) -> int | None:
+    """The axis of the iteration space along which the body's reads touch the fewest
+    sectors over a warp, when that is no more than half what lanes along the
+    innermost axis touch (a transposed read): the kernel then stages tiles
+    (``_tiled``). ``None`` otherwise."""
+    if len(shape) < 2 or shape[-1] < 2:
+        return None
+    kernel = _emit(group, shape, 1)
+    lines = kernel["body"].split("\n")
+    sizes = {kernel["params"].pointer[arg["tensor"]]: itemsize(arg["dtype"]) for arg in kernel["params"].args}
+    base = n // 2
+
+    def touched(axis: int) -> int:
+        stride = math.prod(shape[axis + 1:])
+        lanes = min(WARP, shape[axis])
+        return sectors(lines, [[{"i": base + lane * stride} for lane in range(lanes)]], sizes) * WARP // lanes
+
+    along = {axis: touched(axis) for axis in range(len(shape) - 1) if shape[axis] > 1}
+    if not along:
+        return None
+    best = min(along, key=lambda a: (along[a], -a))
+    return best if 2 * along[best] <= touched(len(shape) - 1) else None
+
+
+def _tiled(group: Group, shape: tuple[int, ...], axis: int, hw) -> dict:
+    """A tiled transpose: each block takes tiles of ``TRANSPOSE_TILE`` elements along
+    ``axis`` (the one the reads are consecutive in) by as many along the innermost
+    axis, computes every written value with lanes along ``axis`` into a padded
+    shared-memory tile, then stores it with lanes along the innermost axis: both
+    coalesced. Values are computed exactly as in the other modes; only their order
+    changes."""
+    g = group.graph
+    params = parameters(group)
+    itype, bits = index_type(group)
+    em = Emitter(g, external_sources(group, params), expr_macro(), "idx_t")
+    em.depth = 4
+    idx = tuple(em.index_var(e) for e in delinearize(shape, "i"))
+    tiles = []
+    for k, w in enumerate(group.writes):
+        t = g.tensor(w)
+        row = transpose_tile_row(t.dtype)
+        em.emit(f"PART_STS(tile{k}[ll * {row} + al]) = {to_storage(em.value(w, idx), t.dtype)};")
+        tiles.append({"var": f"tile{k}", "type": storage_type(t.dtype), "pointer": params.pointer[w], "row": row})
+    rest = [d for d in range(len(shape)) if d not in (axis, len(shape) - 1)]
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    rest_index = delinearize(tuple(shape[d] for d in rest), "rest")
+    base = " + ".join(f"({c}) * {strides[d]}" for c, d in zip(rest_index, rest) if c != "0") or "0"
+    a_tiles, l_tiles = -(-shape[axis] // TRANSPOSE_TILE), -(-shape[-1] // TRANSPOSE_TILE)
+    count = a_tiles * l_tiles * math.prod(shape[d] for d in rest)
+    smem = transpose_tile_bytes(group)
+    return {
+        "template": "pointwise.cu.j2", "params": params, "bits": bits,
+        "grid": (max(1, min(count, hw.sm_count * BLOCKS_PER_SM)), 1, 1),
+        "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": smem,
+        "context": {"threads": THREADS, "index_type": itype, "n": math.prod(shape), "tiled": True,
+                    "tile": TRANSPOSE_TILE, "tiles": tiles, "count": count, "a_tiles": a_tiles, "l_tiles": l_tiles,
+                    "a_extent": shape[axis], "a_stride": strides[axis], "l_extent": shape[-1], "base": base,
+                    "body": "\n".join(em.lines)},
     }
 
 
