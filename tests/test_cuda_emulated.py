@@ -499,3 +499,25 @@ def test_an_attention_layer_of_two_billion_query_tiles_renders_at_the_grid_limit
         op("o", "matmul", ["p", "v"])], ["o"], dtype="float16")
     (kernel,) = render(partition(g, "ilp")).kernels
     assert kernel.kind == "attention" and kernel.grid == (2**31 - 1, 1, 1) and "gridDim.x" in kernel.source
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int8", "bool"])
+def test_transposes_of_the_innermost_axis_are_staged_through_tiles(dtype):
+    """A transpose that moves the innermost axis runs as a tiled transpose (partial
+    tiles at 70 x 45, two written values of different dtypes, a broadcast operand);
+    a rotation in the style of RoPE written transposed for the scores as well."""
+    g = make_graph({"x": ([3, 70, 45], dtype), "c": ([70, 45], dtype)}, [
+        op("m", "maximum", ["x", "c"]), op("t", "transpose", ["m"], perm=[0, 2, 1]),
+        op("f", "cast", ["t"], dtype="float32"), op("n", "logical_not", ["t"])], ["f", "n"], dtype=dtype)
+    (kernel,) = render(partition(g, "ilp")).kernels
+    assert "tile0" in kernel.source and "tile1" in kernel.source
+    check(g, strategies=("ilp",))
+    if dtype in ("float16", "bfloat16"):
+        r = make_graph({"k": ([2, 33, 3, 40], dtype), "cos": ([33, 40], dtype), "sin": ([33, 40], dtype)}, [
+            op("kp", "transpose", ["k"], perm=[0, 2, 1, 3]), op("lo", "slice", ["kp"], axes=[3], starts=[0], ends=[20]),
+            op("hi", "slice", ["kp"], axes=[3], starts=[20], ends=[40]), op("nh", "neg", ["hi"]),
+            op("rot", "concat", ["nh", "lo"], axis=-1), op("a", "mul", ["kp", "cos"]), op("b", "mul", ["rot", "sin"]),
+            op("s", "add", ["a", "b"]), op("st", "transpose", ["s"], perm=[0, 1, 3, 2])], ["st"], dtype=dtype)
+        (kernel,) = render(partition(r, "ilp")).kernels
+        assert "tile0" in kernel.source
+        check(r, strategies=("ilp",))
