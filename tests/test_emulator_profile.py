@@ -450,7 +450,7 @@ def test_profile_on_the_command_line(tmp_path, capsys):
                  "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     by_op = {k["ops"][-1]: k for k in report["counters"]}
-    assert by_op["xt"]["global"]["load"]["efficiency"] == 0.25
+    assert by_op["xt"]["global"]["load"]["efficiency"] == 1.0  # a tiled transpose
     # per kk step a warp loads 4 A fragments and 2 B fragments, 4 wavefronts each: the ideal
     main_loop = by_op["mm16"]["regions"]["main loop"]["shared"]["load"]
     assert main_loop["wavefronts_per_request"] == 4.0 and main_loop["conflict_factor"] == 1.0
@@ -494,8 +494,9 @@ def test_kernels_run_alone_on_sampled_blocks_and_count_them(counted):
     assert all(c.ok and c.blocks == 1 for c in checks), [c for c in checks if not c.ok]
     add = next(c for c in checks if c.check.name == "add")
     assert (add.grid_blocks, add.checked, add.elements) == (2, 256 * 8, 64 * 64)  # one block: 256 lanes x 8
-    # one block of the transpose's two: half the requests of the whole run, as efficient
+    # one block of the transpose's four (a 32 x 32 tile each): a quarter of the requests
+    # of the whole run, as efficient
     whole, alone = counted[0]["xt"].requests("ldg"), next(c for c in backend.counted if c.kernel.ops == ("xt",))
-    assert alone.blocks == 1 and alone.grid_blocks == 2
-    assert 2 * alone.requests("ldg").requests == whole.requests
+    assert alone.blocks == 1 and alone.grid_blocks == 4
+    assert 4 * alone.requests("ldg").requests == whole.requests
     assert alone.requests("ldg").efficiency == whole.efficiency
