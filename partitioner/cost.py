@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair, staged_scores
 from .dtypes import HALFS, compute_dtype, itemsize, reduction_accumulator
+from .graph import bits
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes, transpose_perm
@@ -225,8 +226,10 @@ def op_executions(group: Group) -> dict[str, int]:
     element) and, when it is written or dead, once per own element. A reduction or
     contraction result is computed once and kept, however often it is read. Consumers in
     the same stage of a reduction kernel share a computation (the larger demand
-    counts); each further stage recomputes it, and so does each product that loads it
-    as an operand tile. A contraction reads its A operand
+    counts); each further stage recomputes it, and a contraction's operand loads and
+    its epilogue compute what each needs apart. In a horizontal group each product's
+    part of the kernel computes its own prologue, epilogue and the side values they
+    read, so a value two parts need is computed by each. A contraction reads its A operand
     once per tile of N and its B operand once per tile of M (a conv's input once
     per tap of its implicit GEMM); an attention kernel reads Q and the scores once,
     and K and V once per query tile.
@@ -240,9 +243,35 @@ def op_executions(group: Group) -> dict[str, int]:
         return dict.fromkeys(group.ops, 0)
     g = group.graph
     written = set(group.writes) | set(group.sinks)
-    demand: dict[str, dict] = {name: {} for name in group.ops}  # per stage, or (stage, product)
+    products = group.compute_mask & g.class_masks.get("contraction", 0)
+    if group.kind != "contraction" or not products & (products - 1):
+        return _executions(group, group.mask, written)
+    # a horizontal group: each product's part of the kernel computes what its loads and
+    # its stores need on its own (its prologue, its epilogue and the side values they read)
+    total = dict.fromkeys(group.ops, 0)
+    covered = 0
+    for i in bits(products):
+        below = g.descendants_mask[i] & group.mask
+        part = 1 << i | below | g.ancestors_mask[i] & group.mask
+        for j in bits(below):
+            part |= g.ancestors_mask[j] & group.mask
+        covered |= part
+        mine = {w for w in written if (below | 1 << i) >> g.index[w] & 1}
+        for name, n in _executions(group, part, mine).items():
+            total[name] += n
+    for name in g.names(group.mask & ~covered):  # in no product's part: computed if written
+        total[name] = g.ops[name].out.numel if name in written else 0
+    return total
+
+
+def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]:
+    """:func:`op_executions` of the ops ``members`` of ``group`` (a set closed under
+    in-group producers) when the values ``written`` leave it."""
+    g = group.graph
+    names = g.names(members)
+    demand: dict[str, dict] = {name: {} for name in names}  # per stage, or (stage, product)
     executions: dict[str, int] = {}
-    for name in reversed(group.ops):
+    for name in reversed(names):
         op = g.ops[name]
         own = op.out.numel if name in written else 0
         n = max(own, sum(demand[name].values()))
@@ -252,10 +281,9 @@ def op_executions(group: Group) -> dict[str, int]:
         stage = group.run_stage(op)
         for position, tensor in enumerate(op.inputs):
             producer = g.producer(tensor) if isinstance(tensor, str) else None
-            if producer is None or not group.mask >> g.index[producer] & 1:
+            if producer is None or not members >> g.index[producer] & 1:
                 continue
             need = _operand_demand(group, op, position, n)
-            # each product of a horizontal group loads its operand tiles itself
             key = (stage, name) if op.op_class == "contraction" else stage
             demand[producer][key] = max(demand[producer].get(key, 0), need)
     return executions

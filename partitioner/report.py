@@ -153,10 +153,11 @@ def _horizontal_lines(plan: Plan) -> list[str]:
     for k, g in enumerate(plan.cost.groups):
         products = [op for op in g.group.compute if op.op_class == "contraction"]
         if g.kind == "contraction" and len(products) > 1:
-            _, m, n, kk = contraction_dims(g.group)
+            batch, m, n, kk = contraction_dims(g.group)
             widths = " + ".join(str(gemm_dims(plan.graph, op)[2]) for op in products)
+            batched = f"{batch} x " if batch > 1 else ""
             lines.append(f"horizontal #{k}: {len(products)} products ({', '.join(op.name for op in products)}) of "
-                         f"one A operand '{products[0].inputs[0]}', one {m}x{n}x{kk} GEMM grid (N = {widths})")
+                         f"one A operand '{products[0].inputs[0]}', one {batched}{m}x{n}x{kk} GEMM grid (N = {widths})")
     return lines
 
 

@@ -13,7 +13,7 @@ from backends.cuda.render import render
 from partitioner import evaluate, load_graph, load_hardware, partition
 from partitioner.plan import Plan, SolverInfo
 from partitioner.reference import input_values
-from partitioner.cost import contraction_dims, group_cost, op_executions
+from partitioner.cost import contraction_dims, flops_once, group_cost, op_executions
 from partitioner.group import Group
 from partitioner.legality import decide
 from partitioner.strategies.candidates import enumerate_candidates
@@ -241,3 +241,35 @@ def test_the_report_names_each_horizontal_group_and_its_grid(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert "horizontal #" in out and "3 products (q, kk, v) of one A operand 'xs'" in out
     assert "200x232x72 GEMM grid (N = 136 + 72 + 24)" in out
+
+
+def test_each_product_computes_the_values_its_part_needs():
+    """A side value read by two products' epilogues is computed by each part, and a
+    prologue read by both loads and both epilogues four times (the kernel's count)."""
+    g = make_graph({"x": [4096, 64], "w1": [64, 4096], "w2": [64, 4096], "s": [4096, 4096]}, [
+        op("a", "matmul", ["x", "w1"]), op("b", "matmul", ["x", "w2"]), op("es", "gelu", ["s"]),
+        op("c", "add", ["a", "es"]), op("d", "add", ["b", "es"])], ["c", "d"], dtype="float16")
+    group = Group.of(g, list(g.ops))
+    assert op_executions(group)["es"] == 2 * 4096 * 4096
+    assert group_cost(group, H100).recomputed_flops == flops_once(g, g.ops["es"])  # gelu a second time
+    g = make_graph({"x": [40, 40], "w1": [40, 40], "w2": [40, 40]}, [
+        op("xs", "exp", ["x"]), op("a", "matmul", ["xs", "w1"]), op("b", "matmul", ["xs", "w2"]),
+        op("c", "add", ["a", "xs"]), op("d", "add", ["b", "xs"])], ["c", "d"], dtype="float16")
+    assert op_executions(Group.of(g, list(g.ops)))["xs"] == 4 * 40 * 40
+
+
+def test_baselines_never_freeze_an_illegal_union_and_the_ilp_takes_only_legal_plans():
+    """An addmm bias is a graph input (a product added to a product is no bias), and a
+    frozen group takes the groups its ops are in whole: DotMerger's merge of the
+    scores with another product of Q keeps the attention rewrite out."""
+    g = make_graph({"x": [1, 16], "w0": [16, 16], "w1": [16, 16]}, [
+        op("p0", "matmul", ["x", "w0"]), op("p1", "matmul", ["x", "w1"]), op("e", "add", ["p0", "p1"])], ["e"],
+        dtype="float16")
+    for strategy in ("inductor", "ilp"):
+        evaluate(g, partition(g, strategy).groups)
+    g = make_graph({"q": [1, 2, 8, 16], "k": [1, 2, 8, 16], "v": [1, 2, 8, 16], "w": [16, 16]}, [
+        op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]), op("s", "matmul", ["q", "kt"]),
+        op("p", "softmax", ["s"], axis=-1), op("o", "matmul", ["p", "v"]), op("d", "matmul", ["q", "w"])],
+        ["o", "d"], dtype="float16")
+    for strategy in ("xla-fmha", "ilp"):
+        evaluate(g, partition(g, strategy).groups)

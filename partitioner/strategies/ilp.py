@@ -42,7 +42,7 @@ from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import hereditary_violation
+from ..legality import hereditary_violation, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
@@ -170,13 +170,26 @@ def _components(g: Graph) -> int:
 
 def heuristic_plans(graph: Graph, hw: Hardware, options: Options) -> dict[str, list[int]]:
     """Each heuristic strategy's plan as compute-op bitsets, one per group that
-    launches or holds a compute op (views alone are placed by ``assemble``)."""
+    launches or holds a compute op (views alone are placed by ``assemble``); a plan
+    with a group that is not convex or not legal is left out (a baseline's fault must
+    never become the ILP's plan; ``partition`` of that baseline reports it)."""
     plans = {"greedy": greedy_groups(graph, hw, options.max_ops)}
     for strategy in (Xla(), XlaFmha(), Tvm(), Inductor()):
         groups, _ = strategy.plan(graph, hw, options)
         masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
         plans[strategy.name] = [m for m in masks if m]
-    return plans
+    decided: dict[tuple, bool] = {}  # Group.signature -> legal (convex groups: the signature decides)
+
+    def legal(mask: int) -> bool:
+        hull = graph.convex_hull(mask)
+        if (hull ^ mask) & graph.compute_mask:
+            return False
+        group = Group(graph, hull)
+        if group.signature not in decided:
+            decided[group.signature] = is_legal(group, hw, options.max_ops)
+        return decided[group.signature]
+
+    return {name: masks for name, masks in plans.items() if all(legal(m) for m in masks)}
 
 
 def _check_objective_fits(graph: Graph, costs: list[int]) -> None:

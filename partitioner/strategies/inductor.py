@@ -167,8 +167,8 @@ def extern_kernel(graph: Graph, product: str) -> int:
     """The ops (a bitset) of the extern kernel Inductor calls for contraction
     ``product``: the product, the ATen views (:data:`VIEW_OPS`) its operands are
     computed by and nothing else reads, which it passes as strided operands, and for
-    a matmul whose only reader adds a vector along its rows, that bias add
-    (``aten.addmm``, which Inductor never splits)."""
+    a matmul whose only reader adds a vector of the graph's inputs along its rows
+    (a Linear's bias), that bias add (``aten.addmm``, which Inductor never splits)."""
     g, i = graph, graph.index[product]
     mask = 1 << i
     frontier = [t for t in g.ops[product].tensor_inputs]
@@ -187,6 +187,7 @@ def extern_kernel(graph: Graph, product: str) -> int:
         bias = g.ops[readers[0]]
         others = [t for t in bias.inputs if not (isinstance(t, str) and g.storage[t] == product)]
         if bias.kind == "add" and len(others) == 1 and isinstance(others[0], str) and \
+                g.storage[others[0]] in g.inputs and \
                 g.tensor(others[0]).shape in ((op.out.shape[-1],), (1, op.out.shape[-1])):
             mask |= 1 << g.index[bias.name]
     return mask

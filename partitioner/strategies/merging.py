@@ -126,10 +126,14 @@ class Merging:
     # ------------------------------------------------------------ update
 
     def freeze(self, mask: int) -> int | None:
-        """Merge the compute ops ``mask`` into one group that no later merge touches, when
-        that group is legal and closes no cycle; its id, or ``None`` (nothing changes)."""
+        """Merge the groups holding the compute ops ``mask`` into one group that no later
+        merge touches, when none is frozen, their union is legal and it closes no cycle;
+        its id, or ``None`` (nothing changes)."""
         ids = sorted({self.owner[self.graph.index[n]] for n in self.graph.names(mask)})
-        if self.legal_group(mask) is None or self.creates_cycle(ids):
+        union = 0
+        for gid in ids:  # the groups that hold those ops come whole (an earlier merge's too)
+            union |= self.members[gid]
+        if self.frozen.intersection(ids) or self.legal_group(union) is None or self.creates_cycle(ids):
             return None
         gid = self.merge(ids)
         self.frozen.add(gid)
