@@ -21,7 +21,8 @@ from partitioner.ops import matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, literal, \
     storage_type, to_storage
-from .common import expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
+from .common import expr_macro, external_sources, index_type, parameters, row_major_walk, shared_memory_split, tile_grid
+from .probe import fast_axis
 
 class _Context:
     """Emitters of one kernel, sharing its names and external sources."""
@@ -112,6 +113,17 @@ def build(group: Group, index: int, hw) -> dict:
     epilogue = _epilogue(ctx, group, st, b2)
     score_writes, row_writes = _score_writes(ctx, st, m_value, l_value, c1_value)
 
+    q_value = _operand(ctx, c1.inputs[0], b1, "q", "d", dtype)
+    k_value = _operand(ctx, c1.inputs[1], b1, "d", "k", dtype)
+    v_value = _operand(ctx, c2.inputs[1], b2, "k", "dv", dtype)
+    probe = {"b": p.batch // 2, "q": p.sq // 2, "k": p.sk // 2, "d": p.d // 2, "dv": p.dv // 2}
+
+    def walk(code: str, row: str, col: str, rows: int, cols: int, stride: int) -> dict[str, str]:
+        """The tile's walk: consecutive threads along the coordinate its global reads are
+        consecutive in (``probe.fast_axis``; a K stored transposed, along the keys)."""
+        fast = fast_axis(head.lines + code.split("\n"), probe, (row, col))
+        return row_major_walk(row, col, rows, cols, stride, fast)
+
     grid = tile_grid(tiling.q_tiles * p.batch)
     smem = tiling.shared_memory
     static, dynamic = shared_memory_split(smem, hw)
@@ -128,9 +140,10 @@ def build(group: Group, index: int, hw) -> dict:
             "sq": p.sq, "sk": p.sk, "d": p.d, "dv": p.dv,
             "q_tiles": tiling.q_tiles, "batch": p.batch, "looped": grid < tiling.q_tiles * p.batch, "k_tiles": tiling.k_tiles, "smem_static": static,
             "batch_index": "\n".join(head.lines),
-            "q_value": _operand(ctx, c1.inputs[0], b1, "q", "d", dtype),
-            "k_value": _operand(ctx, c1.inputs[1], b1, "d", "k", dtype),
-            "v_value": _operand(ctx, c2.inputs[1], b2, "k", "dv", dtype),
+            "q_value": q_value, "k_value": k_value, "v_value": v_value,
+            "q_walk": walk(q_value, "q", "d", tiling.block_m, d_pad, d_pad + ATTN_ROW_PAD),
+            "k_walk": walk(k_value, "k", "d", tiling.block_n, d_pad, d_pad + ATTN_ROW_PAD),
+            "v_walk": walk(v_value, "k", "dv", tiling.block_n, dv_pad, dv_pad + ATTN_ROW_PAD),
             "to_op": to_storage("v", dtype) if dtype != "float32" else "v",
             "x_reg": REGISTER[x_t.dtype], "x_body": "\n".join(x_em.lines),
             "m_reg": REGISTER[m_op.promoted], "neg_inf": literal(-math.inf, m_op.promoted), "m_round": m_round,

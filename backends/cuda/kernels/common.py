@@ -109,3 +109,16 @@ def tile_grid(tiles: int) -> int:
 def grid_stride_blocks(work: int, threads: int, sm_count: int) -> int:
     """Blocks for a grid-stride loop over ``work`` items: enough to fill the GPU."""
     return max(1, min(math.ceil(work / threads), sm_count * BLOCKS_PER_SM))
+
+
+def row_major_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
+    """How the threads walk an operand tile of ``rows`` x ``cols`` held row-major in
+    shared memory (rows ``stride`` elements apart: the CUDA-core contraction's tiles,
+    the attention template's Q, K and V tiles): tile element ``e``, consecutive for consecutive threads, at tile coordinates
+    ``row`` and ``col``. Consecutive threads take consecutive ``col`` elements, or
+    consecutive ``row`` elements when ``fast`` is ``row``: the coordinate along which
+    the operand's global reads are consecutive, so that a warp's loads are coalesced
+    whatever the operand's layout."""
+    if fast == row:
+        return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e % {rows} * {stride} + e / {rows}"}
+    return {row: f"e / {cols}", col: f"e % {cols}", "slot": f"e / {cols} * {stride} + e % {cols}"}

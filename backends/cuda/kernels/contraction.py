@@ -17,8 +17,9 @@ from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
 from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
-from .common import VECTOR_BYTES, expr_macro, external_sources, index_type, parameters, shared_memory_split, tile_grid
-from .probe import LOADS, STORES, coalesced_steps, contiguous_runs
+from .common import (VECTOR_BYTES, expr_macro, external_sources, index_type, parameters, row_major_walk,
+                     shared_memory_split, tile_grid)
+from .probe import STORES, contiguous_runs, fast_axis
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
@@ -102,7 +103,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
 
     def operand(which: str) -> tuple[str, str, dict | None]:
         """The operand element's code, the tile coordinate its global reads step along
-        consecutively (``_fast_axis``), and its 16-byte copy (``_copy``) where it has one."""
+        consecutively (``probe.fast_axis``), and its 16-byte copy (``_copy``) where it has one."""
         em = Emitter(g, sources, expr_macro(), "idx_t", names)
         em.depth = 6
         tensor = a_tensor if which == "a" else b_tensor
@@ -125,7 +126,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
             fixed = "k" if op.kind == "conv2d" and _conv_weight_as_stored(op, which, sources, g) else None
             copy = _copy(em.lines, which, axes, {"m": m, "n": n, "k": k}, vec, dtypes, promoted, fixed)
         if copy is None:
-            return "\n".join(em.lines), _fast_axis(head.lines + em.lines, probe, axes), None
+            return "\n".join(em.lines), fast_axis(head.lines + em.lines, probe, axes), None
         return "\n".join(em.lines), copy["fast"], copy
 
     (a_value, a_fast, a_copy), (b_value, b_fast, b_copy) = operand("a"), operand("b")
@@ -155,13 +156,13 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
 
     # the epilogue stores along n (the default: a row-major product) or along m (an
     # NCHW conv's pixels), whichever its stores step along consecutively
-    out_m_fast = _fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), STORES) == "m"
+    out_m_fast = fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), STORES) == "m"
     store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
     a_ld, b_ld = tile_row_strides(group)
     if wmma:  # each tile consecutive along the operand's consecutive axis (column-major tiles)
         a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
         b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
-    walk = _tile_walk if wmma else _row_major_walk
+    walk = _tile_walk if wmma else row_major_walk
     return {
         "product": op.name, "n": n, "a_ld": a_ld, "b_ld": b_ld, "batch_index": "\n".join(head.lines),
         "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
@@ -175,26 +176,13 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
     }
 
 
-def _row_major_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
-    """How the threads walk an operand tile of ``rows`` x ``cols`` held row-major in
-    shared memory (rows ``stride`` elements apart; the CUDA-core main loop reads it
-    so): tile element ``e``, consecutive for consecutive threads, at tile coordinates
-    ``row`` and ``col``. Consecutive threads take consecutive ``col`` elements, or
-    consecutive ``row`` elements when ``fast`` is ``row``: the coordinate along which
-    the operand's global reads are consecutive, so that a warp's loads are coalesced
-    whatever the operand's layout."""
-    if fast == row:
-        return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e % {rows} * {stride} + e / {rows}"}
-    return {row: f"e / {cols}", col: f"e % {cols}", "slot": f"e / {cols} * {stride} + e % {cols}"}
-
-
 def _tile_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str) -> dict[str, str]:
-    """The tensor-core walk: as ``_row_major_walk``, but the tile is consecutive in
+    """The tensor-core walk: as ``row_major_walk``, but the tile is consecutive in
     shared memory along ``fast`` too (column-major, columns ``stride`` apart, when
     ``fast`` is ``row``), so that consecutive threads store consecutive elements."""
     if fast == row:
         return {row: f"e % {rows}", col: f"e / {rows}", "slot": f"e / {rows} * {stride} + e % {rows}"}
-    return _row_major_walk(row, col, rows, cols, stride, fast)
+    return row_major_walk(row, col, rows, cols, stride, fast)
 
 
 def _vector_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: str, vec: int) -> dict:
@@ -205,18 +193,6 @@ def _vector_walk(row: str, col: str, rows: int, cols: int, stride: int, fast: st
     other = f"e / {along // vec}"
     walk = {row: first, col: other} if fast == row else {row: other, col: first}
     return {**walk, "slot": f"{other} * {stride} + {first}", "vectors": rows * cols // vec}
-
-
-def _fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=LOADS) -> str:
-    """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) keeps more of an
-    operand's global reads (or the epilogue's stores, ``accesses=STORES``) coalesced
-    over a warp's 32 steps: at the next element or the same one
-    (``probe.coalesced_steps``; a 3x3 conv's k runs 3 elements, then jumps; its m runs
-    along a row of pixels; a batch norm's per-channel parameters in the prologue are
-    coalesced along both). On a tie the second axis, the default, is kept. Only the
-    order of the accesses depends on it, never a value."""
-    unit = {axis: sum(coalesced_steps(lines, probe, axis, accesses).values()) for axis in axes}
-    return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
 
 
 def _conv_weight_as_stored(op, which: str, sources: dict, g) -> bool:

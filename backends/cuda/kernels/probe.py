@@ -289,3 +289,15 @@ class _Runs:
         if operator == "/":
             return _Run(False, a.divisor // k if a.divisor % k == 0 else 1)
         return _Run(True, math.gcd(a.divisor, k))
+
+
+def fast_axis(lines: list[str], probe: dict[str, int], axes: tuple[str, str], accesses=LOADS) -> str:
+    """Which of the tile coordinates ``axes`` (``("m", "k")`` for A) keeps more of an
+    operand's global reads (or the epilogue's stores, ``accesses=STORES``) coalesced
+    over a warp's 32 steps: at the next element or the same one
+    (:func:`coalesced_steps`; a 3x3 conv's k runs 3 elements, then jumps; its m runs
+    along a row of pixels; a batch norm's per-channel parameters in the prologue are
+    coalesced along both). On a tie the second axis, the default, is kept. Only the
+    order of the accesses depends on it, never a value."""
+    unit = {axis: sum(coalesced_steps(lines, probe, axis, accesses).values()) for axis in axes}
+    return axes[0] if unit[axes[0]] > unit[axes[1]] else axes[1]
