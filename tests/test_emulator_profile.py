@@ -500,3 +500,20 @@ def test_kernels_run_alone_on_sampled_blocks_and_count_them(counted):
     assert alone.blocks == 1 and alone.grid_blocks == 4
     assert 4 * alone.requests("ldg").requests == whole.requests
     assert alone.requests("ldg").efficiency == whole.efficiency
+
+
+def test_an_attention_key_stored_transposed_is_read_along_the_keys():
+    """K as [batch, heads, d, keys] (written transposed for the scores): the K tile's
+    threads walk the keys, so its reads are whole sectors (along d they were 2 bytes
+    a sector, efficiency 1/16); Q and V, stored row by row, keep walking d."""
+    g = make_graph({"q": ([2, 3, 64, 64], "float16"), "kt": ([2, 3, 64, 128], "float16"),
+                    "v": ([2, 3, 128, 64], "float16")}, [
+        op("s", "matmul", ["q", "kt"]), op("p", "softmax", ["s"], axis=-1), op("o", "matmul", ["p", "v"])], ["o"],
+        dtype="float16")
+    rendered = render(partition(g, "ilp"))
+    (kernel,) = rendered.kernels
+    assert "const idx_t k = k0 + e % 64, d = e / 64;" in kernel.source  # keys fastest
+    assert "const idx_t k = k0 + e / 64, dv = e % 64;" in kernel.source  # V along dv
+    _, counters = run_profiled(rendered, input_values(g, 0))
+    (counted,) = counters
+    assert counted.requests("ldg").efficiency == 1.0
