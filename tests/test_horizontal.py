@@ -11,11 +11,11 @@ import pytest
 
 from backends.cuda.render import render
 from partitioner import evaluate, load_graph, load_hardware, partition
-from partitioner.plan import Plan, SolverInfo
-from partitioner.reference import input_values
 from partitioner.cost import contraction_dims, flops_once, group_cost, op_executions
 from partitioner.group import Group
 from partitioner.legality import decide
+from partitioner.plan import Plan, SolverInfo
+from partitioner.reference import input_values
 from partitioner.strategies.candidates import enumerate_candidates
 
 from .conftest import ROOT, make_graph, op
