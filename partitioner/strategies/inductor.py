@@ -36,8 +36,8 @@ Each candidate, mapped to the nodes that now hold its two nodes, is fused when
 until a round fuses nothing or ten rounds have run (``fuse_nodes``).
 
 ``can_fuse(a, b)``: not the same node, neither frozen; ``a`` does not depend on
-``b``; they share at least one byte; together at most 64 nodes; vertical fusion (``b`` depends on ``a``) needs
-no node between them (convexity); horizontal fusion (independent nodes) needs
+``b``; they share at least one byte; together at most 64 nodes; vertical fusion
+(``b`` depends on ``a``) needs no node between them (convexity); horizontal fusion (independent nodes) needs
 them within 64 positions of each other in the original order (the peak-memory
 guard); and Inductor's backend check (``can_fuse_vertical`` /
 ``can_fuse_horizontal``: compatible iteration spaces) is our

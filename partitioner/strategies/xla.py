@@ -208,7 +208,7 @@ def merge_dots(state: Merging) -> None:
     :data:`DOT_MERGER_BYTES` and the merge is legal and closes no cycle."""
     g = state.graph
     for siblings in horizontal.sibling_classes(g):
-        if horizontal.sibling_key(g, g.order[(siblings & -siblings).bit_length() - 1])[0] != "matmul":
+        if horizontal.sibling_key(g, g.names(siblings, limit=1)[0])[0] != "matmul":
             continue  # DotMerger merges dots, not convolutions
         merged = size = None
         for name in g.names(siblings):

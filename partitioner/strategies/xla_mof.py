@@ -32,6 +32,7 @@ from typing import Callable
 
 from ..graph import Graph, bits
 from ..group import Group
+from ..ops import slice_params
 from .merging import Merging
 
 #: ``ParameterSlicesAreNonOverlapping``: smaller parents are shared whatever their slices.
@@ -94,16 +95,10 @@ def _slices_overlap(state: Merging, a: int, b: int, parent: str) -> bool:
     sa, sb = _slice_of(state, a, parent), _slice_of(state, b, parent)
     if sa is None or sb is None or g.tensor(sa.inputs[0]).shape != g.tensor(sb.inputs[0]).shape:
         return True
-    rank = len(g.tensor(sa.inputs[0]).shape)
-    ranges = []
-    for s in (sa, sb):
-        shape = g.tensor(s.inputs[0]).shape
-        span = [(0, n) for n in shape]
-        for axis, start, end in zip(s.attrs["axes"], s.attrs["starts"], s.attrs["ends"]):
-            axis %= rank
-            span[axis] = (max(0, min(start if start >= 0 else start + shape[axis], shape[axis])),
-                          max(0, min(end if end >= 0 else end + shape[axis], shape[axis])))
-        ranges.append(span)
+    shape = g.tensor(sa.inputs[0]).shape
+    # each axis's half-open range of indices, whatever the step's sign (XLA ignores strides)
+    ranges = [[(start, stop) if step > 0 else (stop + 1, start + 1)
+               for start, stop, step in slice_params(shape, s.attrs)] for s in (sa, sb)]
     return all(s1 < e2 and s2 < e1 for (s1, e1), (s2, e2) in zip(*ranges))
 
 

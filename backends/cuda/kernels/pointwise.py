@@ -42,10 +42,10 @@ def build(group: Group, index: int, hw) -> dict:
     # vector stores need every written tensor laid out like the iteration space
     aligned = bool(writes) and all(g.tensor(w).shape == shape for w in writes)
     vec = vector_width(dtypes, n) if aligned else 1
-    kernel = _emit(group, shape, vec)
     axis = _tile_axis(group, shape, n) if transposes_innermost_axis(group) else None
     if axis is not None:
         return _tiled(group, shape, axis, hw)
+    kernel = _emit(group, shape, vec)
     if vec > 1 and _lanes_touch_fewer_sectors(kernel["body"], n, vec, kernel["params"]):
         kernel = _emit(group, shape, 1)
         unroll, steps, lanes = vec, -(-n // (WARP * vec)), True
@@ -58,9 +58,8 @@ def build(group: Group, index: int, hw) -> dict:
         "grid": (grid_stride_blocks(max(1, -(-n // unroll)), THREADS, hw.sm_count), 1, 1),
         "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": 0,
         "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "tiled": False, "vec": unroll,
-                    "steps": steps,
-                    "lanes": lanes, "warp": WARP, "body": kernel["body"], "vector_loads": kernel["loads"],
-                    "vector_stores": kernel["stores"]},
+                    "steps": steps, "lanes": lanes, "warp": WARP, "body": kernel["body"],
+                    "vector_loads": kernel["loads"], "vector_stores": kernel["stores"]},
     }
 
 
@@ -72,8 +71,7 @@ def _tile_axis(group: Group, shape: tuple[int, ...], n: int) -> int | None:
     if len(shape) < 2 or shape[-1] < 2:
         return None
     kernel = _emit(group, shape, 1)
-    lines = kernel["body"].split("\n")
-    sizes = {kernel["params"].pointer[arg["tensor"]]: itemsize(arg["dtype"]) for arg in kernel["params"].args}
+    lines, sizes = kernel["body"].split("\n"), _itemsizes(kernel["params"])
     base = n // 2
 
     def touched(axis: int) -> int:
@@ -96,11 +94,7 @@ def _tiled(group: Group, shape: tuple[int, ...], axis: int, hw) -> dict:
     coalesced. Values are computed exactly as in the other modes; only their order
     changes."""
     g = group.graph
-    params = parameters(group)
-    itype, bits = index_type(group)
-    em = Emitter(g, external_sources(group, params), expr_macro(), "idx_t")
-    em.depth = 4
-    idx = tuple(em.index_var(e) for e in delinearize(shape, "i"))
+    params, itype, bits, em, idx = _emitter(group, shape, 4)
     tiles = []
     for k, w in enumerate(group.writes):
         t = g.tensor(w)
@@ -133,20 +127,30 @@ def _lanes_touch_fewer_sectors(body: str, n: int, vec: int, params) -> bool:
     base = n // 2 // width * width
     by_vector = [[{"i": base + lane * vec + j} for lane in range(WARP)] for j in range(vec)]
     by_lane = [[{"i": base + j * WARP + lane} for lane in range(WARP)] for j in range(vec)]
-    lines = body.split("\n")
-    sizes = {params.pointer[arg["tensor"]]: itemsize(arg["dtype"]) for arg in params.args}
+    lines, sizes = body.split("\n"), _itemsizes(params)
     return sectors(lines, by_lane, sizes) < sectors(lines, by_vector, sizes)
+
+
+def _itemsizes(params) -> dict[str, int]:
+    """Kernel pointer -> bytes per element of the tensor behind it (``probe.sectors``)."""
+    return {params.pointer[arg["tensor"]]: itemsize(arg["dtype"]) for arg in params.args}
+
+
+def _emitter(group: Group, shape: tuple[int, ...], depth: int):
+    """The kernel's parameters, index type and width, and an emitter (at ``depth``)
+    over its external sources with the multi-index of element ``i`` of ``shape``."""
+    params = parameters(group)
+    itype, bits = index_type(group)
+    em = Emitter(group.graph, external_sources(group, params), expr_macro(), "idx_t")
+    em.depth = depth
+    return params, itype, bits, em, tuple(em.index_var(e) for e in delinearize(shape, "i"))
 
 
 def _emit(group: Group, shape: tuple[int, ...], vec: int) -> dict:
     """The body computing element ``i`` (and, for ``vec`` > 1, the vector loads and
     stores around it)."""
     g = group.graph
-    params = parameters(group)
-    itype, bits = index_type(group)
-    em = Emitter(g, external_sources(group, params), expr_macro(), "idx_t")
-    em.depth = 3
-    idx = tuple(em.index_var(e) for e in delinearize(shape, "i"))
+    params, itype, bits, em, idx = _emitter(group, shape, 3)
     loads = []
     if vec > 1:
         for name, src in sorted(em.sources.items()):
