@@ -33,7 +33,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair, staged_scores
-from .dtypes import HALFS, compute_dtype, itemsize, reduction_accumulator
+from .dtypes import HALFS, compute_dtype, itemsize, product_accumulator, reduction_accumulator
 from .graph import bits
 from .group import Group
 from .hardware import Hardware
@@ -625,6 +625,195 @@ def tile_elements(group: Group) -> tuple[int, int]:
     return a, b
 
 
+#: Global memory moves in 32-byte sectors (CUDA C++ Programming Guide, *Device Memory
+#: Accesses*; Nsight Compute counts requests in them): a warp's request is fully
+#: efficient when it covers whole aligned sectors.
+SECTOR_BYTES = 32
+#: Most shared memory, in bytes, a conv's staged input rows (:class:`ConvRows`) may take;
+#: a conv that would need more gathers its A tile from global memory directly. With the
+#: 40 KiB of half-precision operand tiles, 48 KiB keeps two blocks per SM in the H100's
+#: 228 KiB (NVIDIA, *Hopper Tuning Guide*), as many as its registers allow (128 per
+#: thread x 256 threads of 65,536 per SM: CUDA C++ Programming Guide, compute capability
+#: 9.0).
+CONV_ROWS_MAX_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class ConvRows:
+    """The input rows an NCHW conv's A tile reads, staged in shared memory in memory order.
+
+    The tile is ``TILE_M`` output pixels by ``TILE_K`` columns (channel, tap row, tap
+    column) of the implicit GEMM. A *run* is what one output row of the tile reads of
+    one input row (image, channel, h) through one tap row: at most ``rows`` output rows
+    by ``taps`` (channel, tap row) pairs per tile. Each run is loaded from the aligned
+    address at or below its first element to the aligned end at or above its last
+    (``align`` elements: one sector of the narrowest dtype read at the input's
+    addresses), at most ``slots`` elements, so that every warp request covers whole
+    sectors whatever the stride, padding or width; the tile is then gathered from shared
+    memory. A 1x1 conv of stride 1 without padding is staged as if each image were one
+    row of ``height * width`` pixels (the fields are then of that view).
+
+    Fields, in elements: the input's ``channels``, ``height`` and ``width``, the output's
+    ``out_height`` and ``out_width``, the window ``kh`` x ``kw``, the strides ``sh``, ``sw``,
+    the dilations ``dh``, ``dw`` and the top and left pads ``pt``, ``pl``; ``groups_k``
+    is the channels of one group (C / groups), ``numel`` the input's elements.
+    """
+
+    channels: int
+    height: int
+    width: int
+    out_height: int
+    out_width: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    groups_k: int
+    numel: int
+    rows: int
+    taps: int
+    slots: int
+    align: int
+
+    @property
+    def elements(self) -> int:
+        """Elements of the staging buffer: ``rows * taps`` runs of ``slots``."""
+        return self.rows * self.taps * self.slots
+
+
+def _spans(extent: int, tile: int) -> int:
+    """Most distinct values of ``i // extent`` over ``tile`` consecutive ``i``."""
+    return (extent - 1 + tile - 1) // extent + 1
+
+
+def conv_rows(group: Group) -> ConvRows | None:
+    """The staged input rows of the group's conv (:class:`ConvRows`), or None: not a
+    conv, its A tile already read along whole aligned sectors (a 1x1 conv of stride 1
+    without padding whose images are a whole number of sectors), or more staging than
+    :data:`CONV_ROWS_MAX_BYTES`."""
+    op = next((op for op in group.compute if op.op_class == "contraction"), None)
+    if op is None or op.kind != "conv2d":
+        return None
+    g = group.graph
+    x, w = g.tensor(op.inputs[0]), g.tensor(op.inputs[1])
+    _, c, height, width = x.shape
+    _, cg, kh, kw = w.shape
+    _, _, ho, wo = conv2d_output(x.shape, w.shape, op.attrs)
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = op.attrs["strides"], op.attrs["dilations"], op.attrs["pads"]
+    align = _sector_elements(group, x.shape, x.dtype)
+    if (kh, kw, sh, sw, pt, pl, pb, pr) == (1, 1, 1, 1, 0, 0, 0, 0):
+        if height * width % align == 0:
+            return None
+        height, width, ho, wo = 1, height * width, 1, ho * wo  # each image one row
+    cols = min(width, (min(wo, TILE_M) - 1) * sw + (kw - 1) * dw + 1)
+    rows = ConvRows(c, height, width, ho, wo, kh, kw, sh, sw, dh, dw, pt, pl, cg, x.numel,
+                    rows=_spans(wo, TILE_M), taps=_spans(kw, TILE_K),
+                    slots=(cols + 2 * align - 2) // align * align, align=align)
+    return rows if rows.elements * _operand_bytes(group) <= CONV_ROWS_MAX_BYTES else None
+
+
+@dataclass(frozen=True)
+class WeightRows:
+    """A conv weight's B tile, staged in shared memory as rows: B(k, n) = w[n, k], each
+    output channel's ``k`` taps consecutive. When ``k`` is not a whole number of sectors
+    (``align`` elements: the stem's 3 x 7 x 7 = 147), each channel's ``TILE_K`` taps start
+    at an unaligned address; so each is loaded from the aligned address at or below its
+    first to the aligned end at or above its last, at most ``slots`` elements per channel,
+    and the tile is gathered from them."""
+
+    k: int
+    numel: int
+    align: int
+    slots: int
+
+    @property
+    def elements(self) -> int:
+        """Elements of the staging buffer: ``TILE_N`` channels of ``slots``."""
+        return TILE_N * self.slots
+
+
+def conv_weight_rows(group: Group) -> WeightRows | None:
+    """The staged weight rows of the group's conv (:class:`WeightRows`), or None: not a
+    conv, or its rows a whole number of sectors."""
+    op = next((op for op in group.compute if op.op_class == "contraction"), None)
+    if op is None or op.kind != "conv2d":
+        return None
+    g = group.graph
+    w = g.tensor(op.inputs[1])
+    k = w.numel // w.shape[0]
+    align = _sector_elements(group, w.shape, w.dtype)
+    if k % align == 0:
+        return None
+    return WeightRows(k, w.numel, align, (TILE_K + 2 * align - 2) // align * align)
+
+
+def _sector_elements(group: Group, shape: tuple[int, ...], dtype: str) -> int:
+    """Elements in one sector of the narrowest dtype among ``dtype`` and the tensors of
+    ``shape`` the group reads (a prologue reads them at the same addresses)."""
+    g = group.graph
+    sizes = [itemsize(dtype)] + [itemsize(g.tensor(t).dtype) for t in group.reads if g.tensor(t).shape == shape]
+    return max(1, SECTOR_BYTES // min(sizes))
+
+
+#: Most shared memory, in bytes, a conv's staged output tile (:class:`ConvOutRuns`) may
+#: take: a float tile of ``TILE_M x TILE_N`` and its padding (a float64 one stores as before).
+CONV_OUT_MAX_BYTES = 72 * 1024
+#: Floats of padding per staged output column: WMMA's float ``ldm`` is a multiple of 4.
+CONV_OUT_PAD = 4
+
+
+@dataclass(frozen=True)
+class ConvOutRuns:
+    """An NCHW conv's output tile, staged in shared memory and stored in memory order.
+
+    When an image's ``pixels`` (Ho * Wo) are not a whole number of sectors, the pixel
+    runs of consecutive channels start at unaligned addresses, and lanes at 16
+    consecutive pixels straddle sectors. So the accumulators are staged (column n
+    ``ld`` elements of ``dtype`` apart), and each run (image, channel: at most
+    ``segments`` images per tile, by ``TILE_N`` channels) is stored from the aligned
+    address at or below its first pixel, ``slots`` lanes per run (a whole number of
+    warps, so that no request mixes two runs), ``align`` elements per sector.
+    """
+
+    pixels: int
+    channels: int
+    segments: int
+    slots: int
+    align: int
+    ld: int
+    dtype: str
+
+    @property
+    def bytes(self) -> int:
+        """Shared memory of the staged tile."""
+        return TILE_N * self.ld * itemsize(self.dtype)
+
+
+def conv_out_runs(group: Group) -> ConvOutRuns | None:
+    """The staged output tile of the group's conv (:class:`ConvOutRuns`), or None: not a
+    conv, its images a whole number of sectors of every tensor it writes, or a tile of
+    more than :data:`CONV_OUT_MAX_BYTES`."""
+    op = next((op for op in group.compute if op.op_class == "contraction"), None)
+    if op is None or op.kind != "conv2d":
+        return None
+    g = group.graph
+    _, channels, ho, wo = op.out.shape
+    # the epilogue reads tensors of the output's shape at the output's addresses
+    touched = list(group.writes) + [t for t in group.reads if g.tensor(t).shape == op.out.shape]
+    align = max(1, SECTOR_BYTES // min([itemsize(op.out.dtype)] + [itemsize(g.tensor(t).dtype) for t in touched]))
+    pixels = ho * wo
+    if pixels % align == 0:
+        return None
+    span = (min(pixels, TILE_M) + 2 * align - 2) // align * align
+    runs = ConvOutRuns(pixels, channels, _spans(pixels, TILE_M), -(-span // WARP) * WARP, align,
+                       TILE_M + CONV_OUT_PAD, product_accumulator(op.promoted))
+    return runs if runs.bytes <= CONV_OUT_MAX_BYTES else None
+
+
 def transposes_innermost_axis(group: Group) -> bool:
     """Whether a transpose of the group moves a tensor's innermost axis: the only
     pointwise groups whose kernel may stage a tile (:data:`TRANSPOSE_TILE`)."""
@@ -659,7 +848,10 @@ def shared_memory(group: Group) -> int:
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":
-        return sum(tile_elements(group)) * _operand_bytes(group) * TILE_STAGES
+        rows, weights, out = conv_rows(group), conv_weight_rows(group), conv_out_runs(group)
+        staged = sum(r.elements for r in (rows, weights) if r)
+        operands = (sum(tile_elements(group)) * TILE_STAGES + staged) * _operand_bytes(group)
+        return max(operands, out.bytes if out else 0)
     if group.kind == "attention":
         return attention_tiling(group).shared_memory
     return 0

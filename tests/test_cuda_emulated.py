@@ -22,6 +22,7 @@ from backends.cuda.kernels.common import environment
 from backends.cuda.render import render
 from backends.numpy_backend import NumpyBackend
 from partitioner import load_graph, partition
+from partitioner.ops import conv2d_output
 from partitioner.reference import input_values
 
 from .conftest import ROOT, make_graph, op
@@ -201,6 +202,34 @@ def test_conv2d_with_bias_and_epilogue(dtype, attrs):
                    [op("c", "conv2d", ["x", "w", "bias"], **attrs), op("s", "mul", ["c", "scale"]),
                     op("r", "relu", ["s"])], ["r"], dtype=dtype)
     check(g)
+
+
+# Convs whose A tile is staged as input rows (cost.ConvRows) and whose output tile is
+# stored run by run (cost.ConvOutRuns): several M tiles whose images straddle them,
+# several K tiles, windows in the padding, rows wider than a tile, groups.
+STAGED_CONVS = {
+    "1x1_flattened_images": ((5, 36, 7, 7), (20, 36, 1, 1), {}, "float32"),
+    "1x1_stride_2": ((2, 48, 14, 14), (32, 48, 1, 1), {"strides": [2, 2]}, "float16"),
+    "stem_7x7_stride_2": ((2, 3, 38, 38), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}, "float16"),
+    "dilated_rows_wider_than_a_tile": ((1, 4, 5, 150), (8, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]},
+                                       "float16"),
+    "depthwise": ((2, 8, 6, 6), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "groups": 8}, "bfloat16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STAGED_CONVS))
+def test_staged_conv_rows_and_output_runs(case):
+    """A prologue (a per-channel scale and a ReLU) is applied to the staged rows, and an
+    epilogue (a residual add of the output's shape and a ReLU) to the stored runs."""
+    x, w, attrs, dtype = STAGED_CONVS[case]
+    out = conv2d_output(x, w, {"strides": [1, 1], "pads": [0] * 4, "dilations": [1, 1], "groups": 1, **attrs})
+    g = make_graph({"x": (list(x), dtype), "s": ([x[1], 1, 1], dtype), "w": (list(w), dtype), "r": (list(out), dtype)},
+                   [op("xs", "mul", ["x", "s"]), op("xr", "relu", ["xs"]), op("c", "conv2d", ["xr", "w"], **attrs),
+                    op("y", "add", ["c", "r"]), op("z", "relu", ["y"])], ["z"], dtype=dtype)
+    plan = partition(g, "ilp")
+    (conv,) = [k for k in render(plan).kernels if k.kind == "contraction"]
+    assert "run_span" in conv.source and "out_tile" in conv.source  # both staged, or the case tests nothing
+    check(g, strategies=("ilp",), inputs=input_values(g, 1))
 
 
 def test_gather_single_op_kernel():
@@ -416,8 +445,9 @@ def test_operands_read_as_stored_are_copied_16_bytes_at_a_time(case, dtype):
     inputs, ops, copied = COPIED_OPERANDS[case]
     g = make_graph({name: (shape, dtype) for name, shape in inputs.items()}, ops, ["s"], dtype=dtype)
     (kernel,) = [k for k in render(partition(g, "ilp")).kernels if k.kind == "contraction"]
-    loads = kernel.source.split("auto load_tiles")[1].split("auto epilogue")[0].split("for (int e")
-    for which, loop in zip("ab", loads[1:]):
+    # A's loops (two where a conv stages its input rows, then gathers the tile), then B's
+    *a_loops, b_loop = kernel.source.split("auto load_tiles")[1].split("auto epilogue")[0].split("for (int e")[1:]
+    for which, loop in [("a", loop) for loop in a_loops] + [("b", b_loop)]:
         assert ("part_cp_async16(" in loop) == (which in copied), (which, loop)
     check(g, strategies=("ilp",), inputs=input_values(g, 3))
 

@@ -9,9 +9,10 @@ so the shared-memory estimate and the kernel agree by construction.
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 
-from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, gemm_dims,
-                             shared_memory, tile_elements, tile_row_strides)
+from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, conv_out_runs,
+                             conv_rows, conv_weight_rows, gemm_dims, shared_memory, tile_elements, tile_row_strides)
 from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
@@ -163,15 +164,25 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
         b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
     walk = _tile_walk if wmma else row_major_walk
+    rows, weights = (conv_rows(group), conv_weight_rows(group)) if op.kind == "conv2d" else (None, None)
+    if weights:
+        b_copy = None  # a copy from the rows' unaligned starts would straddle sectors
+    zero = store(f"({REGISTER[acc_dtype]})0")
     return {
+        "rows": rows and {**asdict(rows), "elements": rows.elements, "zero": zero,
+                          "stage": _staged_value(g, op.inputs[0], promoted, sources, names)},
+        "weights": weights and {**asdict(weights), "elements": weights.elements, "zero": zero,
+                                "stage": _staged_value(g, op.inputs[1], promoted, sources, names)},
         "product": op.name, "n": n, "a_ld": a_ld, "b_ld": b_ld, "batch_index": "\n".join(head.lines),
         "a_value": a_value, "b_value": b_value, "a_store": store("aval"), "b_store": store("bval"),
         "a_walk": walk("m", "k", TILE_M, TILE_K, a_ld, a_fast),
         "b_walk": walk("k", "n", TILE_K, TILE_N, b_ld, b_fast),
+        "s_store": store("sval"),
         "a_copy": a_copy and {**a_copy, **_vector_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast, a_copy["vec"])},
         "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
         "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
         "epilogue": "\n".join(epi.lines), "out_m_fast": out_m_fast,
+        "out_runs": out_m_fast and op.kind == "conv2d" and conv_out_runs(group) or None,
         "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
     }
 
@@ -256,6 +267,17 @@ def _conv_operand(em: Emitter, op, which: str, g) -> str:
     em.emit(f"{result} = {em.value(op.inputs[0], (nb, channel, h, col))};")
     em.close()
     return result
+
+
+def _staged_value(g, tensor: str, promoted: str, sources: dict, names: Names) -> str:
+    """Code setting ``sval``: a conv operand ``tensor`` (its prologue applied) at linear
+    address ``a``, in the ``promoted`` dtype (``cost.ConvRows``, ``cost.WeightRows``: the
+    operand is staged in memory order)."""
+    em = Emitter(g, sources, expr_macro(), "idx_t", names)
+    em.depth = 7
+    at = tuple(em.index_var(e) for e in delinearize(g.tensor(tensor).shape, "a"))
+    em.emit(f"sval = {convert(em.value(tensor, at), g.tensor(tensor).dtype, promoted)};")
+    return "\n".join(em.lines)
 
 
 def _output_index(em: Emitter, op, b_idx, g) -> tuple[str, ...]:
