@@ -685,6 +685,14 @@ class ConvRows:
         return self.rows * self.taps * self.slots
 
 
+def _conv(group: Group):
+    """The group's conv2d, or None: its first contraction, which stands for its horizontal
+    siblings too (``partitioner.horizontal``: one input through one window, so one A
+    operand and one K; only their output channels differ)."""
+    op = next((op for op in group.compute if op.op_class == "contraction"), None)
+    return op if op is not None and op.kind == "conv2d" else None
+
+
 def _spans(extent: int, tile: int) -> int:
     """Most distinct values of ``i // extent`` over ``tile`` consecutive ``i``."""
     return (extent - 1 + tile - 1) // extent + 1
@@ -695,8 +703,8 @@ def conv_rows(group: Group) -> ConvRows | None:
     conv, its A tile already read along whole aligned sectors (a 1x1 conv of stride 1
     without padding whose images are a whole number of sectors), or more staging than
     :data:`CONV_ROWS_MAX_BYTES`."""
-    op = next((op for op in group.compute if op.op_class == "contraction"), None)
-    if op is None or op.kind != "conv2d":
+    op = _conv(group)
+    if op is None:
         return None
     g = group.graph
     x, w = g.tensor(op.inputs[0]), g.tensor(op.inputs[1])
@@ -739,8 +747,8 @@ class WeightRows:
 def conv_weight_rows(group: Group) -> WeightRows | None:
     """The staged weight rows of the group's conv (:class:`WeightRows`), or None: not a
     conv, or its rows a whole number of sectors."""
-    op = next((op for op in group.compute if op.op_class == "contraction"), None)
-    if op is None or op.kind != "conv2d":
+    op = _conv(group)
+    if op is None:
         return None
     g = group.graph
     w = g.tensor(op.inputs[1])
@@ -751,12 +759,13 @@ def conv_weight_rows(group: Group) -> WeightRows | None:
     return WeightRows(k, w.numel, align, (TILE_K + 2 * align - 2) // align * align)
 
 
-def _sector_elements(group: Group, shape: tuple[int, ...], dtype: str) -> int:
-    """Elements in one sector of the narrowest dtype among ``dtype`` and the tensors of
-    ``shape`` the group reads (a prologue reads them at the same addresses)."""
+def _sector_elements(group: Group, shape: tuple[int, ...], dtype: str, tensors: tuple[str, ...] = ()) -> int:
+    """Elements in one sector of the narrowest dtype among ``dtype``, ``tensors`` and the
+    tensors of ``shape`` the group reads (a prologue or an epilogue reads them at the
+    same addresses)."""
     g = group.graph
-    sizes = [itemsize(dtype)] + [itemsize(g.tensor(t).dtype) for t in group.reads if g.tensor(t).shape == shape]
-    return max(1, SECTOR_BYTES // min(sizes))
+    touched = list(tensors) + [t for t in group.reads if g.tensor(t).shape == shape]
+    return max(1, SECTOR_BYTES // min([itemsize(dtype)] + [itemsize(g.tensor(t).dtype) for t in touched]))
 
 
 #: Most shared memory, in bytes, a conv's staged output tile (:class:`ConvOutRuns`) may
@@ -797,14 +806,11 @@ def conv_out_runs(group: Group) -> ConvOutRuns | None:
     """The staged output tile of the group's conv (:class:`ConvOutRuns`), or None: not a
     conv, its images a whole number of sectors of every tensor it writes, or a tile of
     more than :data:`CONV_OUT_MAX_BYTES`."""
-    op = next((op for op in group.compute if op.op_class == "contraction"), None)
-    if op is None or op.kind != "conv2d":
+    op = _conv(group)
+    if op is None:
         return None
-    g = group.graph
     _, channels, ho, wo = op.out.shape
-    # the epilogue reads tensors of the output's shape at the output's addresses
-    touched = list(group.writes) + [t for t in group.reads if g.tensor(t).shape == op.out.shape]
-    align = max(1, SECTOR_BYTES // min([itemsize(op.out.dtype)] + [itemsize(g.tensor(t).dtype) for t in touched]))
+    align = _sector_elements(group, op.out.shape, op.out.dtype, group.writes)
     pixels = ho * wo
     if pixels % align == 0:
         return None

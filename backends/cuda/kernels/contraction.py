@@ -182,7 +182,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
         "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
         "epilogue": "\n".join(epi.lines), "out_m_fast": out_m_fast,
-        "out_runs": out_m_fast and op.kind == "conv2d" and conv_out_runs(group) or None,
+        "out_runs": _out_runs(group, op) if out_m_fast else None,
         "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
     }
 
@@ -267,6 +267,13 @@ def _conv_operand(em: Emitter, op, which: str, g) -> str:
     em.emit(f"{result} = {em.value(op.inputs[0], (nb, channel, h, col))};")
     em.close()
     return result
+
+
+def _out_runs(group: Group, op) -> dict | None:
+    """``cost.conv_out_runs`` for product ``op``, at its own output channels (horizontal
+    siblings differ in those)."""
+    runs = conv_out_runs(group) if op.kind == "conv2d" else None
+    return runs and {**asdict(runs), "channels": op.out.shape[1]}
 
 
 def _staged_value(g, tensor: str, promoted: str, sources: dict, names: Names) -> str:
