@@ -375,6 +375,36 @@ def test_unaligned_conv_tiles_load_and_store_whole_sectors(name):
     assert conv.requests("lds", "main loop").conflict == 1.0
 
 
+# Rows of no even length, read element by element, each starting wherever the last ended:
+# ResNet-50's global mean over 7 x 7 pixels (a warp per row), a softmax over 77 keys
+# (written back along the row) and over 301 (a block per row, a row buffer in shared
+# memory), an argmax.
+ODD_ROWS = {
+    "mean_of_49": make_graph({"x": ([6, 40, 7, 7], "float16")}, [op("m", "reduce_mean", ["x"], axes=[2, 3])], ["m"],
+                             dtype="float16"),
+    "softmax_of_77": make_graph({"x": ([37, 77], "float16")}, [op("s", "softmax", ["x"], axis=-1)], ["s"],
+                                dtype="float16"),
+    "softmax_of_301_float32": make_graph({"x": ([9, 301], "float32")}, [op("s", "softmax", ["x"], axis=-1)], ["s"]),
+    "argmax_of_45": make_graph({"x": ([11, 3, 45], "float16")}, [op("a", "argmax", ["x"], axes=[2])], ["a"],
+                               dtype="float16"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_ROWS))
+def test_rows_read_one_by_one_start_at_their_first_sector(name):
+    """The lanes start at the sector holding the row's first element, those before it
+    adding nothing (and writing what the lane at the first element writes): every
+    request covers whole sectors. Before, a row starting inside a sector took one
+    sector more per request: 0.81 (the mean), 0.66, 0.84 and 0.65 of ideal."""
+    g = ODD_ROWS[name]
+    _, counted = run_profiled(render(partition(g, "ilp")), input_values(g, 2))
+    (row,) = [c for c in counted if c.kernel.kind == "reduction"]
+    assert row.requests("ldg").efficiency == 1.0, row.requests("ldg")
+    assert row.requests("stg").efficiency == 1.0, row.requests("stg")
+    checks = run_and_check(partition(g, "ilp"), EMULATOR, inputs=input_values(g, 2))
+    assert all(c.ok for c in checks), checks
+
+
 @pytest.mark.parametrize("dtype,d", [("float16", 64), ("float32", 32), ("bfloat16", 256)])
 def test_attention_stores_its_output_coalesced(dtype, d):
     """The output goes through shared memory: consecutive lanes store consecutive dv

@@ -15,8 +15,9 @@ import math
 
 import numpy as np
 
-from partitioner.cost import REDUCTION_THREADS, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block, shuffle_dtype
-from partitioner.dtypes import FLOATS, numpy_dtype
+from partitioner.cost import (REDUCTION_THREADS, SECTOR_BYTES, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block,
+                             shuffle_dtype)
+from partitioner.dtypes import FLOATS, itemsize, numpy_dtype
 from partitioner.graph import Op
 from partitioner.group import Group
 from partitioner.legality import row_structure
@@ -106,7 +107,7 @@ def build(group: Group, index: int, hw) -> dict:
 
     written = [w for w in group.writes if _row_aligned(g, w, layout, rows)]
     vec = _vector_width(g, layout, length, list(em.sources), row_dtypes, written)
-    walk = _Walk(em, layout, row_idx, team, length, vec)
+    walk = _Walk(em, layout, row_idx, team, length, vec, _skew_alignment(g, layout, list(em.sources), vec))
     barriers = 0
     for stage in range(last_stage + 1):
         em.emit(f"// stage {stage}")
@@ -119,7 +120,7 @@ def build(group: Group, index: int, hw) -> dict:
                 walk.read_buffer(base, var, idx, pointer)
         walk.vector_reads(idx)
         for op, acc in zip(staged, accs):
-            _accumulate(em, g, op, acc, idx, walk.elem_idx, layout)
+            _accumulate(em, g, op, acc, idx, walk.elem_idx, layout, walk.guard)
         for base, var in buffered.items():
             if first_use[base] == stage:
                 walk.write(base, var, idx, shared=True)
@@ -175,6 +176,18 @@ def _vector_width(g, layout: _Layout, length: int, sources: list[str], row_dtype
     return vector_width(dtypes, length) if dtypes else 1
 
 
+def _skew_alignment(g, layout: _Layout, sources: list[str], vec: int) -> int | None:
+    """Elements per sector of the narrowest tensor read along contiguous rows one element
+    at a time (``vec`` 1: a row length of no even divisor, such as a 7 x 7 image's 49),
+    whose walk then starts at the sector holding the row's first element; None when rows
+    move by vectors or are not contiguous."""
+    if vec > 1 or not _contiguous_rows(layout):
+        return None
+    sizes = [itemsize(g.tensor(g.storage[t]).dtype) for t in sources if _row_contiguous(g.tensor(t).shape, layout)]
+    align = SECTOR_BYTES // min(sizes) if sizes else 1
+    return align if align > 1 else None
+
+
 class _Walk:
     """A team's walk over its row, one stage at a time.
 
@@ -184,12 +197,18 @@ class _Walk:
     global loads issued before the first is used. With ``vec`` > 1 each tensor read
     along the row, each row buffer and each row-aligned write moves through one
     ``vec``-wide vector access per chunk (16 bytes of the widest dtype); with ``vec`` 1
-    elements are read one by one, at whatever index arithmetic gives.
+    elements are read one by one, at whatever index arithmetic gives, and along
+    contiguous rows from the start of the sector holding the row's first element
+    (``align``: ``_skew_alignment``), the lanes before it taking the first element but
+    adding nothing (``guard``): what they write there is what the lane at it writes.
     """
 
-    def __init__(self, em: Emitter, layout: _Layout, row_idx: Index, team: int, length: int, vec: int):
+    def __init__(self, em: Emitter, layout: _Layout, row_idx: Index, team: int, length: int, vec: int,
+                 align: int | None):
         self.em, self.layout, self.row_idx, self.team, self.vec = em, layout, row_idx, team, vec
         self.chunks = length // vec
+        self.length, self.align = length, align
+        self.guard = "if (in_row) " if align else ""
 
     def open(self) -> Index:
         """Opens the loops over the row; returns the index of the element at hand (``l``)."""
@@ -198,14 +217,25 @@ class _Walk:
         self.global_loads: list[tuple[str, str, str]] = []
         self.chunk_loads: list[tuple[str, str, str]] = []
         self.staged: list[tuple[str, str, str, bool]] = []
-        em.open(f"for (idx_t step = lane; step < {self.chunks}; step += {UNROLL * self.team})")
+        chunks = self.chunks
+        if self.align:
+            # elements one by one along a row that may start inside a sector: the lanes start
+            # at the sector's start, those before the row's first element reading that element
+            # (the same sector) and adding nothing, so that every request covers whole sectors
+            skew = em.fresh("skew")
+            em.emit(f"const idx_t {skew} = {self._row_base(self.layout.shape)} % {self.align};")
+            chunks = f"{self.length} + {skew}"
+        em.open(f"for (idx_t step = lane; step < {chunks}; step += {UNROLL * self.team})")
         self.loads_at = len(em.lines)
         em.emit("#pragma unroll")
         em.open(f"for (int u = 0; u < {UNROLL}; ++u)")
         em.emit(f"const idx_t c = step + u * {self.team};")
-        em.emit(f"if (c >= {self.chunks}) break;")
+        em.emit(f"if (c >= {chunks}) break;")
         self.chunk_at = len(em.lines)
-        if self.vec > 1:
+        if self.align:
+            em.emit(f"const bool in_row = c >= {skew};")
+            em.emit(f"const idx_t l = in_row ? c - {skew} : 0;")
+        elif self.vec > 1:
             em.emit("#pragma unroll")
             em.open(f"for (int j = 0; j < {self.vec}; ++j)")
             em.emit(f"const idx_t l = c * {self.vec} + j;")
@@ -259,6 +289,8 @@ class _Walk:
         em = self.em
         value = to_storage(em.value(tensor, idx), em.graph.tensor(tensor).dtype)
         if self.vec == 1:
+            # unguarded: a lane before the row's first element writes that element's value,
+            # as the lane at it does (and so reads back what it buffered itself)
             if shared:
                 em.emit(f"PART_STS({pointer}[l]) = {value};")
             else:
@@ -314,16 +346,18 @@ def _declare_accumulators(em: Emitter, g, ops: list[Op]) -> list[tuple[str, str,
     return out
 
 
-def _accumulate(em: Emitter, g, op: Op, acc, idx, elem_idx, layout: _Layout) -> None:
+def _accumulate(em: Emitter, g, op: Op, acc, idx, elem_idx, layout: _Layout, guard: str) -> None:
+    """Adds the element's value into ``acc`` (its loads emitted unguarded, the combine
+    behind ``guard``: ``_Walk.guard``)."""
     var, acc_dtype, index_var = acc
     src = op.inputs[0]
     value = convert(em.value(src, idx), g.tensor(src).dtype, acc_dtype)
     if op.kind in ("argmax", "argmin"):
         flat = _flat_position(layout, op, idx)
-        em.emit(f"if (part_arg_better<{'true' if op.kind == 'argmax' else 'false'}>({value}, (int64_t)({flat}), "
+        em.emit(f"{guard}if (part_arg_better<{'true' if op.kind == 'argmax' else 'false'}>({value}, (int64_t)({flat}), "
                 f"{var}, {index_var})) {{ {var} = {value}; {index_var} = (int64_t)({flat}); }}")
     else:
-        em.emit(f"{var} = {_COMBINE[op.kind]}({var}, {value});")
+        em.emit(f"{guard}{var} = {_COMBINE[op.kind]}({var}, {value});")
 
 
 def _flat_position(layout: _Layout, op: Op, idx) -> str:
