@@ -38,7 +38,7 @@ from .graph import bits
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes, transpose_perm
-from .pooling import window_elements
+from .pooling import geometry, window_elements
 
 #: The objectives the ILP can minimise (``--objective``).
 OBJECTIVES = ("time", "traffic", "energy")
@@ -820,6 +820,70 @@ def conv_out_runs(group: Group) -> ConvOutRuns | None:
     return runs if runs.bytes <= CONV_OUT_MAX_BYTES else None
 
 
+#: Output elements a staged pooling tile (:class:`WindowRows`) aims at: two per thread.
+WINDOW_TILE_OUTPUTS = 512
+#: Most shared memory, in bytes, a pool's staged input rows may take (as :data:`CONV_ROWS_MAX_BYTES`).
+WINDOW_ROWS_MAX_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """The input rows a pool's tile of output rows reads, staged in shared memory.
+
+    Lanes at consecutive outputs read a window's tap ``stride`` elements apart, from
+    wherever the row starts: a 3 x 3 pool of stride 2 took 3 sectors per ideal one. So
+    a pointwise group whose one window op (``window``) is the only reader of its input
+    (``source``) takes tiles of ``out_rows`` output rows of one (image, channel) plane
+    (``tiles_per_plane`` per plane), and stages the input rows they read (at most
+    ``in_rows``: consecutive in memory) from the aligned address at or below the first
+    element to the aligned end at or above the last, ``slots`` elements at most, ``align``
+    per sector of the input's ``dtype``: every request whole sectors; the window then
+    reads its taps there.
+    """
+
+    window: str
+    source: str
+    out_rows: int
+    tiles_per_plane: int
+    in_rows: int
+    slots: int
+    align: int
+    dtype: str
+
+    @property
+    def bytes(self) -> int:
+        """Shared memory of the staged rows."""
+        return align16(self.slots * itemsize(self.dtype))
+
+
+def window_rows(group: Group) -> WindowRows | None:
+    """The staged input rows of the group's pool (:class:`WindowRows`), or None: not a
+    pointwise group of one window op, whose outputs are all of its shape and whose input
+    nothing else in the group reads or writes; a group that stages a transpose; or more than
+    :data:`WINDOW_ROWS_MAX_BYTES`."""
+    if group.kind != "pointwise" or transposes_innermost_axis(group):
+        return None
+    windows = [op for op in group.compute if op.op_class == "window"]
+    if len(windows) != 1:
+        return None
+    (op,) = windows
+    g = group.graph
+    x = g.tensor(op.inputs[0])
+    readers = [name for name in group.ops if op.inputs[0] in g.ops[name].tensor_inputs]  # views too
+    if readers != [op.name] or op.inputs[0] in group.writes or \
+            any(g.tensor(w).shape != op.out.shape for w in group.writes):
+        return None
+    rows, cols = geometry(x.shape, op.attrs)
+    align = max(1, SECTOR_BYTES // itemsize(x.dtype))
+    for out_rows in dict.fromkeys((min(rows.out, -(-WINDOW_TILE_OUTPUTS // cols.out)), 1)):
+        in_rows = min(rows.size, (out_rows - 1) * rows.stride + (rows.kernel - 1) * rows.dilation + 1)
+        staged = WindowRows(op.name, op.inputs[0], out_rows, -(-rows.out // out_rows), in_rows,
+                            (in_rows * cols.size + 2 * align - 2) // align * align, align, x.dtype)
+        if staged.bytes <= WINDOW_ROWS_MAX_BYTES:
+            return staged
+    return None
+
+
 def transposes_innermost_axis(group: Group) -> bool:
     """Whether a transpose of the group moves a tensor's innermost axis: the only
     pointwise groups whose kernel may stage a tile (:data:`TRANSPOSE_TILE`)."""
@@ -848,9 +912,12 @@ def transpose_tile_bytes(group: Group) -> int:
 def shared_memory(group: Group) -> int:
     """Bytes of shared memory per block the group's kernel needs (estimate; for a
     pointwise group that transposes its innermost axis, the tiles its kernel may
-    stage, an upper bound)."""
+    stage, an upper bound; for one with a pool, its staged input rows)."""
     if group.kind == "pointwise":
-        return transpose_tile_bytes(group) if transposes_innermost_axis(group) else 0
+        if transposes_innermost_axis(group):
+            return transpose_tile_bytes(group)
+        staged = window_rows(group)
+        return staged.bytes if staged else 0
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":

@@ -151,7 +151,8 @@ class Source:
     value per row). ``buffer``: ``name[position]`` (registers, or shared memory when
     ``shared``: its reads are counted as such) holding the value at index ``at``
     only; at any other index the value is loaded through ``pointer`` if given, and
-    computed otherwise.
+    computed otherwise. ``tile``: shared memory ``name`` holding the tensor from linear
+    index ``position`` (a variable) on, at every index its readers read.
     """
 
     kind: str
@@ -268,6 +269,8 @@ class Emitter:
         if source.kind == "buffer":
             element = f"{source.name}[{source.position}]"
             return self.declare(t.dtype, f"part_load(PART_LDS({element}))" if source.shared else f"part_load({element})")
+        if source.kind == "tile":
+            return self.declare(t.dtype, f"part_load(PART_LDS({source.name}[{linear(t.shape, idx)} - {source.position}]))")
         return self.declare(t.dtype, f"part_load(PART_LDG({source.name}[{linear(t.shape, idx)}]))")
 
     def _operand(self, op: Op, k: int, idx: Index, cdtype: str) -> str:

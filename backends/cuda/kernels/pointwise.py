@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
-from partitioner.cost import (TRANSPOSE_TILE, WARP, transpose_tile_bytes, transpose_tile_row,
-                             transposes_innermost_axis)
+from partitioner.cost import (SECTOR_BYTES, TRANSPOSE_TILE, WARP, transpose_tile_bytes, transpose_tile_row,
+                             transposes_innermost_axis, window_rows)
 from partitioner.dtypes import itemsize
 from partitioner.group import Group
+from partitioner.pooling import geometry
 
 from ..codegen import INT32_LIMIT, Emitter, Source, delinearize, storage_type, to_storage
 from .common import (BLOCKS_PER_SM, VECTOR_BYTES, expr_macro, external_sources, grid_stride_blocks, index_type,
@@ -45,6 +47,9 @@ def build(group: Group, index: int, hw) -> dict:
     axis = _tile_axis(group, shape, n) if transposes_innermost_axis(group) else None
     if axis is not None:
         return _tiled(group, shape, axis, hw)
+    staged = window_rows(group)
+    if staged:
+        return _windowed(group, shape, staged, hw)
     kernel = _emit(group, shape, vec)
     if vec > 1 and _lanes_touch_fewer_sectors(kernel["body"], n, vec, kernel["params"]):
         kernel = _emit(group, shape, 1)
@@ -57,7 +62,8 @@ def build(group: Group, index: int, hw) -> dict:
         "template": "pointwise.cu.j2", "params": kernel["params"], "bits": kernel["bits"],
         "grid": (grid_stride_blocks(max(1, -(-n // unroll)), THREADS, hw.sm_count), 1, 1),
         "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": 0,
-        "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "tiled": False, "vec": unroll,
+        "context": {"threads": THREADS, "index_type": kernel["itype"], "n": n, "tiled": False, "windowed": False,
+                    "vec": unroll,
                     "steps": steps, "lanes": lanes, "warp": WARP, "body": kernel["body"],
                     "vector_loads": kernel["loads"], "vector_stores": kernel["stores"]},
     }
@@ -112,10 +118,40 @@ def _tiled(group: Group, shape: tuple[int, ...], axis: int, hw) -> dict:
         "template": "pointwise.cu.j2", "params": params, "bits": bits,
         "grid": (max(1, min(count, hw.sm_count * BLOCKS_PER_SM)), 1, 1),
         "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": smem,
-        "context": {"threads": THREADS, "index_type": itype, "n": math.prod(shape), "tiled": True,
+        "context": {"threads": THREADS, "index_type": itype, "n": math.prod(shape), "tiled": True, "windowed": False,
                     "tile": TRANSPOSE_TILE, "tiles": tiles, "count": count, "a_tiles": a_tiles, "l_tiles": l_tiles,
                     "a_extent": shape[axis], "a_stride": strides[axis], "l_extent": shape[-1], "base": base,
                     "body": "\n".join(em.lines)},
+    }
+
+
+def _windowed(group: Group, shape: tuple[int, ...], staged, hw) -> dict:
+    """A staged pool (``cost.WindowRows``): each block takes tiles of output rows of one
+    (image, channel) plane, stages the input rows they read in memory order (the pool's
+    input computed there, its producers in the group run once per element), then
+    computes the outputs with lanes at consecutive ones, the window reading its taps
+    from the staged rows. Values are computed exactly as in the other modes."""
+    g = group.graph
+    params, itype, bits, em, idx = _emitter(group, shape, 4)
+    x = g.tensor(staged.source)
+    stage = Emitter(g, dict(em.sources), expr_macro(), "idx_t", em.names)
+    stage.depth = 4
+    at = tuple(stage.index_var(e) for e in delinearize(x.shape, "a"))
+    stage.emit(f"PART_STS(rows[e]) = {to_storage(stage.value(staged.source, at), x.dtype)};")
+    em.sources[staged.source] = Source("tile", "rows", position="tile_base")
+    for w in group.writes:
+        em.store(w, params.pointer[w], idx)
+    rows, cols = geometry(x.shape, g.ops[staged.window].attrs)
+    count = x.shape[0] * x.shape[1] * staged.tiles_per_plane
+    return {
+        "template": "pointwise.cu.j2", "params": params, "bits": bits,
+        "grid": (max(1, min(count, hw.sm_count * BLOCKS_PER_SM)), 1, 1),
+        "block": (THREADS, 1, 1), "smem_dynamic": 0, "smem_static": staged.bytes,
+        "context": {"threads": THREADS, "index_type": itype, "n": math.prod(shape), "tiled": False, "windowed": True,
+                    "rows": {**asdict(staged), "type": storage_type(x.dtype), "count": count, "numel": x.numel,
+                             "loop": -(-staged.slots // WARP) * WARP, "height": rows, "width": cols,
+                             "out_align": SECTOR_BYTES // min(itemsize(g.tensor(w).dtype) for w in group.writes)},
+                    "stage": "\n".join(stage.lines), "body": "\n".join(em.lines)},
     }
 
 
