@@ -596,9 +596,10 @@ def gemm_dims(graph, op) -> tuple[int, int, int, int]:
 
 
 def _operand_bytes(group: Group) -> int:
-    """Bytes per operand element in the contraction's shared-memory tiles."""
+    """Bytes per operand element in the contraction's shared-memory tiles: the storage of
+    a half type (tensor cores), the register of the others (an 8-bit float's is float32)."""
     op = next(op for op in group.compute if op.op_class == "contraction")
-    return itemsize(op.promoted)
+    return itemsize(op.promoted if op.promoted in HALFS else compute_dtype(op.promoted))
 
 
 def tile_row_strides(group: Group) -> tuple[int, int]:

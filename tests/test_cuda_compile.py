@@ -133,9 +133,14 @@ def test_index_width_follows_the_largest_tensor_touched():
                                                     op("n", "neg", ["s"])], ["n"])
     small = make_graph({"x": ([2**20], "int8")}, [op("s", "slice", ["x"], starts=[0], ends=[16]),
                                                   op("n", "neg", ["s"])], ["n"])
-    wide, narrow = (render(partition(g, "ilp")).kernels[0] for g in (big, small))
+    # a tile's bounds reach past the last element: m0 + 128 overflowed 32 bits in the
+    # last tile of a conv of 2^31 - 100 pixels, and the tile read nothing
+    near = make_graph({"x": ([1, 1, 1, 2**31 - 100], "float16"), "w": ([1, 1, 1, 1], "float16")},
+                      [op("y", "conv2d", ["x", "w"])], ["y"])
+    wide, narrow, tiled = (render(partition(g, "ilp")).kernels[0] for g in (big, small, near))
     assert "typedef int64_t idx_t;" in wide.source and wide.index_bits == 64
     assert "typedef int32_t idx_t;" in narrow.source and narrow.index_bits == 32
+    assert "typedef int64_t idx_t;" in tiled.source and tiled.index_bits == 64
 
 
 def test_ptxas_report_parsing():

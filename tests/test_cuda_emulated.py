@@ -232,6 +232,15 @@ def test_staged_conv_rows_and_output_runs(case):
     check(g, strategies=("ilp",), inputs=input_values(g, 1))
 
 
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_an_8_bit_float_conv_fits_the_shared_memory_it_is_given(dtype):
+    """Its tiles hold float32 registers, not bytes: the estimate counted 1 byte per
+    element and the kernel overran its shared memory by 4x (the emulator aborted)."""
+    g = make_graph({"x": [2, 8, 9, 11], "w": [16, 8, 3, 3]}, [op("y", "conv2d", ["x", "w"], pads=[1, 1, 1, 1])],
+                   ["y"], dtype=dtype)
+    check(g, strategies=("ilp",), inputs=input_values(g, 1))
+
+
 def test_gather_single_op_kernel():
     g = make_graph({"t": ([13, 6], "float16"), "i": ([4, 3], "int64")},
                    [op("g", "gather", ["t", "i"], axis=0), op("e", "exp", ["g"])], ["e"], dtype="float16")

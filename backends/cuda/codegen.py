@@ -136,11 +136,17 @@ def broadcast_index(in_shape: tuple[int, ...], out_idx: Index) -> Index:
     return tuple("0" if n == 1 else out_idx[offset + d] for d, n in enumerate(in_shape))
 
 
+#: Elements past a tensor's last that a kernel's index arithmetic may reach: a tile's
+#: bounds (``m0 + 128``) and a staged run's aligned end (at most 48 KiB of 1-byte
+#: elements past its start: ``cost.ConvRows``, ``cost.WindowRows``).
+INDEX_HEADROOM = 2**16
+
+
 def needs_int64(graph: Graph, tensors: list[str]) -> bool:
     """64-bit index arithmetic when any tensor the kernel touches (through any view of
-    its storage) can reach 2^31 elements."""
-    return any(graph.tensor(graph.storage[t]).numel >= INT32_LIMIT or graph.tensor(t).numel >= INT32_LIMIT
-               for t in tensors)
+    its storage) can reach 2^31 elements, less :data:`INDEX_HEADROOM`."""
+    limit = INT32_LIMIT - INDEX_HEADROOM
+    return any(graph.tensor(graph.storage[t]).numel >= limit or graph.tensor(t).numel >= limit for t in tensors)
 
 
 @dataclass(frozen=True)
