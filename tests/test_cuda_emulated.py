@@ -214,6 +214,9 @@ STAGED_CONVS = {
     "dilated_rows_wider_than_a_tile": ((1, 4, 5, 150), (8, 4, 3, 3), {"pads": [2, 2, 2, 2], "dilations": [2, 2]},
                                        "float16"),
     "depthwise": ((2, 8, 6, 6), (8, 1, 3, 3), {"pads": [1, 1, 1, 1], "groups": 8}, "bfloat16"),
+    # whole images in a tile, stored as one run over their channels, in two N tiles
+    "whole_images_two_n_tiles": ((3, 16, 5, 5), (200, 16, 1, 1), {}, "float16"),
+    "3x3_images": ((20, 16, 3, 3), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "float32"),
 }
 
 

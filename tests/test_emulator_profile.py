@@ -355,6 +355,7 @@ UNALIGNED_CONVS = {
     "1x1_stride_2": ((2, 32, 14, 14), (64, 32, 1, 1), {"strides": [2, 2]}, "float16"),
     "1x1_images_of_49": ((4, 32, 7, 7), (64, 32, 1, 1), {}, "float16"),
     "1x1_images_of_196_float32": ((2, 32, 14, 14), (64, 32, 1, 1), {}, "float32"),
+    "3x3_images_of_9": ((20, 16, 3, 3), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "float16"),
 }
 
 
@@ -362,9 +363,10 @@ UNALIGNED_CONVS = {
 def test_unaligned_conv_tiles_load_and_store_whole_sectors(name):
     """The A tile is staged from input rows loaded between aligned addresses
     (``cost.ConvRows``): every load request covers whole sectors. The output tile is
-    staged and stored run by run from aligned addresses (``cost.ConvOutRuns``): only
-    a request holding both ends of a run of at most 16 elements (a tile's last pixels
-    of an image) takes two sectors for one ideal. Before, lanes at 16 consecutive
+    staged and stored run by run from aligned addresses (``cost.ConvOutRuns``; an image
+    the tile holds whole is one run over its channels): only a request holding both
+    ends of a run of at most 16 elements (a tile's last pixels of an image) takes two
+    sectors for one ideal. Before, lanes at 16 consecutive
     pixels from an unaligned address took 3 sectors for 2 (and a stride of 2, twice
     the sectors): load efficiency 0.25 to 0.89, stores 0.45 to 0.56 on ResNet-50."""
     x, w, attrs, dtype = UNALIGNED_CONVS[name]
