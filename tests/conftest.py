@@ -7,9 +7,17 @@ from pathlib import Path
 import pytest
 
 from partitioner import load_graph
+from partitioner.report import PIPED_WIDTH
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPHS = sorted((ROOT / "graphs").glob("*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _piped_width(monkeypatch):
+    """Reports are laid out as for a pipe (``PIPED_WIDTH`` columns), whatever terminal
+    runs the tests: a pytest-xdist worker's is 80 columns, which wraps the run table."""
+    monkeypatch.setenv("COLUMNS", str(PIPED_WIDTH))
 
 
 def make_graph(inputs, ops, outputs, dtype="float32", name="test"):
