@@ -760,13 +760,18 @@ def conv_weight_rows(group: Group) -> WeightRows | None:
     return WeightRows(k, w.numel, align, (TILE_K + 2 * align - 2) // align * align)
 
 
+def sector_elements(dtypes) -> int:
+    """Elements of the narrowest of ``dtypes`` in one :data:`SECTOR_BYTES` sector: the
+    alignment at which runs of elements of all of them start on sectors."""
+    return max(1, SECTOR_BYTES // min(itemsize(d) for d in dtypes))
+
+
 def _sector_elements(group: Group, shape: tuple[int, ...], dtype: str, tensors: tuple[str, ...] = ()) -> int:
-    """Elements in one sector of the narrowest dtype among ``dtype``, ``tensors`` and the
-    tensors of ``shape`` the group reads (a prologue or an epilogue reads them at the
-    same addresses)."""
+    """:func:`sector_elements` of ``dtype``, ``tensors`` and the tensors of ``shape`` the
+    group reads (a prologue or an epilogue reads them at the same addresses)."""
     g = group.graph
     touched = list(tensors) + [t for t in group.reads if g.tensor(t).shape == shape]
-    return max(1, SECTOR_BYTES // min([itemsize(dtype)] + [itemsize(g.tensor(t).dtype) for t in touched]))
+    return sector_elements([dtype] + [g.tensor(t).dtype for t in touched])
 
 
 #: Most shared memory, in bytes, a conv's staged output tile (:class:`ConvOutRuns`) may
@@ -823,7 +828,9 @@ def conv_out_runs(group: Group) -> ConvOutRuns | None:
 
 #: Output elements a staged pooling tile (:class:`WindowRows`) aims at: two per thread.
 WINDOW_TILE_OUTPUTS = 512
-#: Most shared memory, in bytes, a pool's staged input rows may take (as :data:`CONV_ROWS_MAX_BYTES`).
+#: Most shared memory, in bytes, a pool's staged input rows may take: a pointwise kernel
+#: declares its shared memory statically, at most 48 KiB per block without the opt-in
+#: (CUDA C++ Programming Guide, compute capability tables; ``smem_per_block_default_bytes``).
 WINDOW_ROWS_MAX_BYTES = 48 * 1024
 
 
@@ -875,7 +882,7 @@ def window_rows(group: Group) -> WindowRows | None:
             any(g.tensor(w).shape != op.out.shape for w in group.writes):
         return None
     rows, cols = geometry(x.shape, op.attrs)
-    align = max(1, SECTOR_BYTES // itemsize(x.dtype))
+    align = sector_elements([x.dtype])
     for out_rows in dict.fromkeys((min(rows.out, -(-WINDOW_TILE_OUTPUTS // cols.out)), 1)):
         in_rows = min(rows.size, (out_rows - 1) * rows.stride + (rows.kernel - 1) * rows.dilation + 1)
         staged = WindowRows(op.name, op.inputs[0], out_rows, -(-rows.out // out_rows), in_rows,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from partitioner.cost import (SECTOR_BYTES, TRANSPOSE_TILE, WARP, transpose_tile_bytes, transpose_tile_row,
+from partitioner.cost import (TRANSPOSE_TILE, WARP, sector_elements, transpose_tile_bytes, transpose_tile_row,
                              transposes_innermost_axis, window_rows)
 from partitioner.dtypes import itemsize
 from partitioner.group import Group
@@ -150,7 +150,7 @@ def _windowed(group: Group, shape: tuple[int, ...], staged, hw) -> dict:
         "context": {"threads": THREADS, "index_type": itype, "n": math.prod(shape), "tiled": False, "windowed": True,
                     "rows": {**asdict(staged), "type": storage_type(x.dtype), "count": count, "numel": x.numel,
                              "loop": -(-staged.slots // WARP) * WARP, "height": rows, "width": cols,
-                             "out_align": SECTOR_BYTES // min(itemsize(g.tensor(w).dtype) for w in group.writes)},
+                             "out_align": sector_elements(g.tensor(w).dtype for w in group.writes)},
                     "stage": "\n".join(stage.lines), "body": "\n".join(em.lines)},
     }
 

@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 
-from partitioner.cost import (REDUCTION_THREADS, SECTOR_BYTES, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block,
-                             shuffle_dtype)
-from partitioner.dtypes import FLOATS, itemsize, numpy_dtype
+from partitioner.cost import (REDUCTION_THREADS, SHORT_ROW, WARP, reduction_smem, row_length, rows_per_block,
+                             sector_elements, shuffle_dtype)
+from partitioner.dtypes import FLOATS, numpy_dtype
 from partitioner.graph import Op
 from partitioner.group import Group
 from partitioner.legality import row_structure
@@ -183,8 +183,8 @@ def _skew_alignment(g, layout: _Layout, sources: list[str], vec: int) -> int | N
     move by vectors or are not contiguous."""
     if vec > 1 or not _contiguous_rows(layout):
         return None
-    sizes = [itemsize(g.tensor(g.storage[t]).dtype) for t in sources if _row_contiguous(g.tensor(t).shape, layout)]
-    align = SECTOR_BYTES // min(sizes) if sizes else 1
+    dtypes = [g.tensor(g.storage[t]).dtype for t in sources if _row_contiguous(g.tensor(t).shape, layout)]
+    align = sector_elements(dtypes) if dtypes else 1
     return align if align > 1 else None
 
 
