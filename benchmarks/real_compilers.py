@@ -10,7 +10,7 @@ module, default options). Its kernels are counted in the output code's ``call``:
 generated C++ kernels, extern kernels (Inductor's matmul calls) and ATen
 fallbacks, each call once. Ours are the launches of the ``inductor`` and ``tvm``
 baselines' plans of the corpus graph in ``graphs/``. Where TVM is installed
-(``pip install apache-tvm``), the model also goes through TVM Relax's CUDA fusion
+(the ``compilers`` extra: ``pip install -e '.[compilers]'``), the model also goes through TVM Relax's CUDA fusion
 passes and its ``call_tir`` launches are counted (:func:`tvm_kernels`); else the
 TVM column is ``-`` and the header says why. Needs the corpus extra
 (torch, transformers); GPT-2 2L takes about 3.5 CPU minutes here at its corpus
@@ -78,8 +78,9 @@ def tvm_kernels(name: str, batch: int | None, seq: int | None) -> int:
     FuseOps, FuseTIR) and RewriteDataflowReshape (reshapes become views, as in our
     format). Nothing is built or run, so no GPU is needed. The model is exported in
     float32: TVM 0.27's torch frontend rejects float16 ``addmm`` (it types the
-    product float32 and the bias float16); fusion does not depend on the dtype
-    beyond the casts, which fuse into their neighbours."""
+    product float32 and the bias float16). Fusion depends on the dtype only through
+    casts, which are elementwise and fuse into a neighbour's kernel, so they add
+    no launch."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cuda import pipeline
@@ -101,7 +102,7 @@ def _tvm_column(name: str, batch: int | None, seq: int | None) -> str:
     try:
         return str(tvm_kernels(name, batch, seq))
     except Exception as exc:  # noqa: BLE001 (any frontend or pass failure)
-        return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+        return f"failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:80]}"
 
 
 def our_launches(name: str, strategy: str) -> int:
@@ -135,7 +136,7 @@ def main() -> None:
         import tvm
         tvm_note = f"TVM {tvm.__version__} (Relax CUDA pipeline, fusion passes only)"
     except ImportError:
-        tvm, tvm_note = None, "TVM not installed (pip install apache-tvm)"
+        tvm, tvm_note = None, "TVM not installed (pip install -e '.[compilers]')"
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {tvm_note}; real kernel counts "
           "measured in this run on the CPU (Inductor's C++ backend; TVM's passes, nothing run); ours are the "
           "baselines' plan launches (modelled plans)\n")
