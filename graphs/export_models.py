@@ -35,7 +35,6 @@ from partitioner.importers import report, to_yaml  # noqa: E402
 from partitioner.importers.torch import convert  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -101,16 +100,26 @@ LADDER = [
 ]
 
 
-def build(spec: Model) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
-    """The model on the meta device in ``spec.dtype`` (eval mode) and its example input."""
+def build(spec: Model, device: str = "meta") -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """The model in ``spec.dtype`` (eval mode) and an input of its shape and dtype, on
+    ``device``: on ``meta`` (the export's) nothing is allocated and the input is zeros;
+    elsewhere the weights take their config's random initialisation, and the input is
+    random token ids below the vocabulary size, or standard normal pixels (seed 0)."""
     config = getattr(transformers, spec.config_class)(**spec.config)
     model_class = getattr(transformers, spec.model_class)
-    dtype = DTYPES[spec.dtype]
-    with torch.device("meta"):
+    dtype = getattr(torch, spec.dtype)
+    input_dtype = getattr(torch, spec.input_dtype)
+    torch.manual_seed(0)
+    with torch.device(device):
         # from_config's dtype is how served checkpoints load: parameters in half
         # precision, float32 buffers (RoPE's inv_freq) left as they are.
         model = model_class._from_config(config, dtype=dtype, attn_implementation="eager", **spec.model_kwargs)
-        example = torch.zeros(spec.input_shape, dtype=getattr(torch, spec.input_dtype))
+        if device == "meta":
+            example = torch.zeros(spec.input_shape, dtype=input_dtype)
+        elif input_dtype == torch.int64:
+            example = torch.randint(0, config.vocab_size, spec.input_shape)
+        else:
+            example = torch.randn(spec.input_shape).to(input_dtype)
     return model.eval(), (example,)
 
 

@@ -45,8 +45,13 @@ OBJECTIVES = ("time", "traffic", "energy")
 
 # Tiling the contraction template uses (one source for the estimate and the backend):
 # a 128x128 output tile per block of 256 threads, K stepped 32 at a time, operand
-# tiles double-buffered in shared memory (the classic CUTLASS-style SIMT/WMMA tiling).
-TILE_M, TILE_N, TILE_K, TILE_STAGES = 128, 128, 32, 2
+# tiles in shared-memory stages (the classic CUTLASS-style tiling). Tensor cores
+# (float16/bfloat16) pipeline 3 stages of cp.async copies, CUTLASS's default for its
+# sm80 tensor-op GEMMs (``DefaultGemmConfiguration<OpClassTensorOp, Sm80>::kStages``) and
+# Triton's ``num_stages`` default: 60 KiB a block, so two blocks fit an SM's 228 KiB
+# with conv staging beside them. CUDA cores double-buffer (65.25 KiB a float32 block).
+TILE_M, TILE_N, TILE_K = 128, 128, 32
+TILE_STAGES_TENSOR_CORES, TILE_STAGES_CUDA_CORES = 3, 2
 CONTRACTION_THREADS = 256
 # Shared-memory operand tiles are padded so that main-loop reads meet no bank conflict
 # (CUTLASS's padded layouts). Tensor cores (float16/bfloat16): each row by 8 elements,
@@ -611,6 +616,13 @@ def tile_row_strides(group: Group) -> tuple[int, int]:
     return TILE_K + TILE_PAD_CUDA_CORES, TILE_N + TILE_PAD_CUDA_CORES
 
 
+def tile_stages(group: Group) -> int:
+    """Shared-memory stages of the contraction's operand tiles: ``TILE_STAGES_TENSOR_CORES``
+    on tensor cores (a cp.async pipeline), ``TILE_STAGES_CUDA_CORES`` otherwise."""
+    op = next(op for op in group.compute if op.op_class == "contraction")
+    return TILE_STAGES_TENSOR_CORES if op.promoted in HALFS else TILE_STAGES_CUDA_CORES
+
+
 def tile_elements(group: Group) -> tuple[int, int]:
     """Elements of shared memory per stage for the contraction's (A, B) operand tiles.
     On CUDA cores the tiles are row-major (``tile_row_strides``). On tensor cores each
@@ -931,7 +943,7 @@ def shared_memory(group: Group) -> int:
     if group.kind == "contraction":
         rows, weights, out = conv_rows(group), conv_weight_rows(group), conv_out_runs(group)
         staged = sum(r.elements for r in (rows, weights) if r)
-        operands = (sum(tile_elements(group)) * TILE_STAGES + staged) * _operand_bytes(group)
+        operands = (sum(tile_elements(group)) * tile_stages(group) + staged) * _operand_bytes(group)
         return max(operands, out.bytes if out else 0)
     if group.kind == "attention":
         return attention_tiling(group).shared_memory

@@ -266,14 +266,21 @@ PART_DEV double part_remainder(double a, double b) { double mod; part_divmod(a, 
 // ---- fixed-width vectors for 16-byte loads and stores
 template <class T, int N> struct __align__(sizeof(T) * N) part_vec { T v[N]; };
 
-// ---- asynchronous 16-byte copies from global to shared memory (cp.async, sm_80+)
+// ---- asynchronous 16-byte copies from global to shared memory (cp.async, sm_80+), in
+// commit groups, for multi-stage pipelines.
 // part_cp_async16(dst, src, base): *dst = *src, or 16 zero bytes when src is null (an
 // element out of bounds: cp.async with a source size of 0, reading nothing at base, a
-// valid address). The copy lands by the next part_cp_async_wait_all. Without cp.async
-// (the emulator, GPUs before sm_80) it is an ordinary copy, done at once.
+// valid address). part_cp_async_commit() closes the thread's current group of copies;
+// part_cp_async_wait<N>() returns once all but the newest N committed groups have landed
+// (cp.async.wait_group N; PTX ISA, "Data Movement and Conversion Instructions:
+// cp.async"). The emulator lands each copy only then (emu::cp_async), so a stage read
+// too early reads stale memory there too; GPUs before sm_80 copy at once.
 template <class V> PART_DEV void part_cp_async16(V* dst, const V* src, const void* base) {
   static_assert(sizeof(V) == 16, "cp.async copies 16 bytes");
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if defined(PARTITION_EMULATOR)
+  (void)base;
+  emu::cp_async(dst, src);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned slot = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(slot), "l"(src ? static_cast<const void*>(src) : base),
                "r"(src ? 16 : 0));
@@ -287,9 +294,18 @@ template <class V> PART_DEV void part_cp_async16(V* dst, const V* src, const voi
   }
 #endif
 }
-PART_DEV void part_cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
+PART_DEV void part_cp_async_commit() {
+#if defined(PARTITION_EMULATOR)
+  emu::cp_async_commit();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> PART_DEV void part_cp_async_wait() {
+#if defined(PARTITION_EMULATOR)
+  emu::cp_async_wait(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
@@ -431,6 +447,48 @@ PART_DEV void part_mma(float c[4], const part_frag_a<__nv_bfloat16>& a, const pa
                "{%0,%1,%2,%3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]));
+}
+#endif
+
+// A warp's FM x FN grid of products, c[i][j] += a[i] * b[j], each an m16n8k16 part_mma
+// (the contraction's warp tile). The emulator gathers the warp's fragments once for the
+// whole grid, products and sums in float32, k ascending, starting from c, as part_mma.
+#ifdef PARTITION_EMULATOR
+template <int FM, int FN, class T>
+PART_DEV void part_mma_tile(float (&c)[FM][FN][4], const part_frag_a<T> (&a)[FM], const part_frag_b<T> (&b)[FN]) {
+  struct As { part_frag_a<T> x[FM]; };
+  struct Bs { part_frag_b<T> x[FN]; };
+  static_assert(sizeof(As) <= 64 && sizeof(Bs) <= 64, "a warp tile of at most 64 bytes of fragments per lane");
+#ifdef EMU_PROFILE
+  for (int n = 0; n < FM * FN; ++n) emu::prof::warp_op(emu::prof::MMA);
+#endif
+  As mine_a, all_a[32];
+  Bs mine_b, all_b[32];
+  for (int i = 0; i < FM; ++i) mine_a.x[i] = a[i];
+  for (int j = 0; j < FN; ++j) mine_b.x[j] = b[j];
+  emu::warp_allgather(mine_a, all_a);
+  emu::warp_allgather(mine_b, all_b);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < FM; ++i)
+    for (int j = 0; j < FN; ++j)
+      for (int e = 0; e < 4; ++e) {
+        const int row = part_frag_c_row(g, e), col = part_frag_c_col(t, e);
+        float acc = c[i][j][e];
+        for (int k = 0; k < 16; ++k) {
+          // the lanes holding A(row, k) and B(k, col), and the elements that are those
+          const int ka = (k & 1) + 2 * (row / 8) + 4 * (k / 8), kb = (k & 1) + 2 * (k / 8);
+          acc += float(all_a[4 * (row % 8) + k % 8 / 2].x[i].x[ka]) * float(all_b[4 * col + k % 8 / 2].x[j].x[kb]);
+        }
+        c[i][j][e] = acc;
+      }
+}
+#else
+template <int FM, int FN, class T>
+PART_DEV void part_mma_tile(float (&c)[FM][FN][4], const part_frag_a<T> (&a)[FM], const part_frag_b<T> (&b)[FN]) {
+#pragma unroll
+  for (int i = 0; i < FM; ++i)
+#pragma unroll
+    for (int j = 0; j < FN; ++j) part_mma(c[i][j], a[i], b[j]);
 }
 #endif
 

@@ -70,18 +70,28 @@ def _ptx(tmp_path, kernel, arch: str) -> str:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("arch", ["sm_75", "sm_80", "sm_90"])
-def test_operand_tiles_of_a_transposed_weight_load_by_cp_async_from_sm_80(tmp_path, arch):
-    """Both operands of ``x @ w.T`` are read as stored: 16-byte cp.async copies (with
-    cp.async's wait) from sm_80, 16-byte loads before it; B is a column-major fragment."""
-    g = make_graph({"x": ([256, 64], "float16"), "w": ([128, 64], "float16")},
-                   [op("wt", "transpose", ["w"], perm=[1, 0]), op("y", "matmul", ["x", "wt"])], ["y"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("layout", ["x_wt", "xt_w"])
+def test_half_contractions_pipeline_cp_async_into_ldmatrix_and_mma_sync(tmp_path, arch, layout):
+    """Operands read as stored move by 16-byte cp.async copies in commit groups, waited
+    for one stage behind (a 3-stage pipeline: ``wait_group 1``); fragments are read by
+    ldmatrix, plain where the tile is consecutive along k (x's rows, w's rows in
+    ``x @ w.T``), transposed where it is not (``x.T @ w``: both tiles k-major), and
+    multiplied by mma.sync m16n8k16 with float32 accumulators; no WMMA is left."""
+    if layout == "x_wt":
+        g = make_graph({"x": ([256, 64], "float16"), "w": ([128, 64], "float16")},
+                       [op("wt", "transpose", ["w"], perm=[1, 0]), op("y", "matmul", ["x", "wt"])], ["y"])
+    else:
+        g = make_graph({"x": ([64, 256], "float16"), "w": ([64, 128], "float16")},
+                       [op("xt", "transpose", ["x"], perm=[1, 0]), op("y", "matmul", ["xt", "w"])], ["y"])
     (kernel,) = render(partition(g, "ilp")).kernels
     ptx = _ptx(tmp_path, kernel, arch)
-    async_copies = ptx.count("cp.async.cg.shared.global")
-    assert (async_copies > 0 and "cp.async.wait_all" in ptx) == (arch != "sm_75"), async_copies
-    assert arch != "sm_75" or "ld.global.v4" in ptx or "ld.global.nc.v4" in ptx
-    assert "wmma.load.b.sync.aligned.col" in ptx and "wmma.load.a.sync.aligned.row" in ptx
+    assert ptx.count("cp.async.cg.shared.global") > 0
+    assert "cp.async.commit_group" in ptx and "cp.async.wait_group 1" in ptx
+    plain, transposed = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+    assert (plain in ptx, transposed in ptx) == ((True, False) if layout == "x_wt" else (False, True))
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ptx
+    assert "wmma." not in ptx
 
 
 @needs_nvcc

@@ -918,3 +918,49 @@ def test_wmma_16x16x16_half_and_bfloat16(programs):
         d = np.array(only(parse(proc.stdout), "D"), dtype=np.float32).reshape(m, n)
         want = scale * (aa @ bb + c)  # float32 products and sums
         np.testing.assert_allclose(d, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+# --------------------------------------------------------------------------- cp.async
+
+CP_ASYNC_CU = r"""
+#include "cuda_emulator.h"
+// Each of 32 threads copies 16 bytes (4 floats) of src into its slot of s, two commit
+// groups (the first and second halves of its slot pair), and reports what it reads of
+// its slots after each step: before a wait nothing has landed, wait(1) lands the older
+// group only, wait(0) the rest.
+__global__ void k(const float* src, float* out) {
+  __shared__ float s[32 * 8];
+  const int t = threadIdx.x;
+  for (int i = 0; i < 8; ++i) s[8 * t + i] = -1.0f;
+  emu::cp_async(&s[8 * t], &src[8 * t]);
+  emu::cp_async_commit();
+  emu::cp_async(&s[8 * t + 4], t % 2 ? &src[8 * t + 4] : nullptr);  // null: 16 zero bytes
+  out[3 * t] = s[8 * t];      // issued, not waited for
+  emu::cp_async_commit();
+  emu::cp_async_wait(1);
+  out[3 * t + 1] = s[8 * t] + 1000.0f * s[8 * t + 4];  // the first group only
+  emu::cp_async_wait(0);
+  out[3 * t + 2] = s[8 * t + 4];
+}
+int main() {
+  float src[256], out[96];
+  for (int i = 0; i < 256; ++i) src[i] = float(i);
+  emu::launch(k, dim3(1), dim3(32), 0, src, out);
+  for (int i = 0; i < 96; ++i) std::printf("%g ", out[i]);
+  std::printf("\n");
+}
+"""
+
+
+def test_cp_async_copies_land_only_when_their_group_is_waited_for(tmp_path):
+    """A stage read before its copies are waited for must read stale memory on the
+    emulator, as it may on the GPU: that is what checks the contraction's pipeline."""
+    src, exe = tmp_path / "cp.cu", tmp_path / "cp"
+    src.write_text(CP_ASYNC_CU)
+    subprocess.run([GXX, *CXXFLAGS, "-x", "c++", str(src), "-o", str(exe)], check=True, capture_output=True)
+    out = np.array(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split(),
+                   dtype=float).reshape(32, 3)
+    t = np.arange(32)
+    assert np.array_equal(out[:, 0], np.full(32, -1.0))  # nothing landed before a wait
+    assert np.array_equal(out[:, 1], 8.0 * t - 1000.0)  # wait(1): the first group, not the second
+    assert np.array_equal(out[:, 2], np.where(t % 2, 8.0 * t + 4, 0.0))  # wait(0): the rest, zero-filled

@@ -194,7 +194,7 @@ def test_ldmatrix_gives_each_lane_its_mma_fragment_and_counts_as_one_request(tmp
 def _kernels():
     """One plan, one kernel per op: a coalesced add, an add of a broadcast row, a
     transpose, a 2x2 max-pool of stride 2, a row sum, and float32 (CUDA cores) and
-    float16 (WMMA) products."""
+    float16 (tensor-core: ldmatrix and mma.sync) products."""
     g = make_graph({"x": ([64, 64], "float16"), "y": ([64, 64], "float16"), "v": ([64], "float16"),
                     "img": ([1, 2, 64, 128], "float16"), "r": [16, 64],
                     "a": [64, 64], "b": [64, 64], "p": ([64, 64], "float16"), "q": ([64, 64], "float16")}, [
@@ -283,15 +283,17 @@ def test_float32_product_main_loop_meets_no_bank_conflict(counted):
 
 def test_float16_product_main_loop_fragments_meet_no_bank_conflict(counted):
     mm = counted[0]["mm16"]
-    # ldmatrix phases of 8 rows x 16 bytes: unpadded, A rows 32 halves (64 bytes) apart
-    # shared banks with rows r + 2 (16 wavefronts per request, 4x), B rows 128 halves
-    # (256 bytes) apart all the same 4 banks (32, 8x); padded by 16 bytes (80- and
-    # 272-byte rows) every phase's 8 rows fall on distinct banks
-    sites = {s.label: s.counts for s in mm.sites if s.region == "main loop"}
-    a, b = sites["wmma::load_matrix_sync(matrix_a)"], sites["wmma::load_matrix_sync(matrix_b)"]
-    assert (a.per_request, a.ideal_per_request, b.per_request, b.ideal_per_request) == (4, 4, 4, 4)
+    # ldmatrix.x4 phases of 8 rows x 16 bytes (A plain from its m-major tile, B transposed
+    # from its n-major one): unpadded, A rows 32 halves (64 bytes) apart shared banks
+    # with rows r + 2 (16 wavefronts per request, 4x), B rows 128 halves (256 bytes)
+    # apart all the same 4 banks (32, 8x); padded by 16 bytes (80- and 272-byte rows)
+    # every phase's 8 rows fall on distinct banks: 4 wavefronts per request, the ideal
+    sites = [s for s in mm.sites if s.region == "main loop"]
+    assert [s.label for s in sites] == ["ldmatrix"]  # A's and B's forms: one line of the runtime header
+    assert all((s.counts.per_request, s.counts.ideal_per_request) == (4, 4) for s in sites)
     assert mm.requests("lds", "main loop").per_request == 4.0
-    assert mm.ops["mma"] > 0 and mm.ops["barriers"] > 0
+    # 64 x 64 x 64: one block of 8 warps, 2 K steps of 32, each two of 16 with 4 x 4 mma.sync m16n8k16
+    assert mm.ops["mma"] == 8 * 2 * 2 * 16 and mm.ops["barriers"] > 0
 
 
 def test_a_warp_per_row_reduction_counts_its_shuffles(counted):

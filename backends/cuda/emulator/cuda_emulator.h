@@ -223,8 +223,18 @@ struct Warp {
   alignas(16) unsigned char wide[32][64];  // one slot per lane for emu::warp_allgather
 };
 
+// A 16-byte asynchronous copy (cp.async) not yet landed: its data, read at issue, and the
+// commit group it belongs to (emu::cp_async).
+struct AsyncCopy {
+  unsigned char* dst;
+  unsigned char data[16];
+  unsigned group;
+};
+
 struct Launch {
   ucontext_t sched;                 // the scheduler's context
+  std::vector<std::vector<AsyncCopy>> copies;  // per thread: issued, not yet landed
+  std::vector<unsigned> committed;  // per thread: commit groups closed so far
   std::vector<ucontext_t> ctx;      // one per thread; never reallocated (self-pointers)
   std::vector<uint3> tid;
   std::vector<char> done;
@@ -477,6 +487,8 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
   l.arg = arg;
   l.ctx.resize(n);
   l.done.assign(n, 0);
+  l.copies.resize(n);
+  l.committed.assign(n, 0);
   l.tid.resize(n);
   for (unsigned i = 0; i < n; ++i)
     l.tid[i] = {i % block.x, i / block.x % block.y, unsigned(i / (block.x * block.y))};
@@ -521,6 +533,8 @@ inline void run(dim3 grid, dim3 block, size_t smem_bytes, void (*thunk)(void*), 
     for (unsigned i = 0; i < n; ++i) {
       init_fiber(l.ctx[i], stacks + i * stride + guard, stack, &l.sched);
       l.done[i] = 0;
+      l.copies[i].clear();  // a previous block's copies never land in this one's memory
+      l.committed[i] = 0;
     }
     int live = l.n;
     while (live) {
@@ -565,6 +579,33 @@ void warp_allgather(const T& mine, T* all) {
   detail::warp_barrier(~0u, "warp_allgather");
   for (int i = 0; i < w.size; ++i) std::memcpy(&all[i], w.wide[i], sizeof(T));
   detail::warp_barrier(~0u, "warp_allgather");  // nobody rewrites a slot before every lane has read
+}
+
+// Asynchronous copies (cp.async, sm_80+), landed as late as the hardware may land them:
+// cp_async(dst, src) reads 16 bytes at src now (zeros where src is null: a copy of
+// source size 0) and writes them to dst only when the calling thread waits for its
+// group; cp_async_commit() closes the thread's current group; cp_async_wait(pending)
+// lands every copy of the thread's groups but the newest `pending` committed ones (and
+// none of those, nor any copy not yet committed: cp.async.wait_group pending). A
+// kernel that reads a stage before waiting for it, or waits for too few groups, reads
+// stale or poisoned shared memory here, as it may on the GPU.
+inline void cp_async(void* dst, const void* src) {
+  detail::Launch& l = detail::cur();
+  detail::AsyncCopy c{static_cast<unsigned char*>(dst), {}, l.committed[l.cur]};
+  if (src) std::memcpy(c.data, src, 16);
+  l.copies[l.cur].push_back(c);
+}
+inline void cp_async_commit() { ++detail::cur().committed[detail::g_launch->cur]; }
+inline void cp_async_wait(unsigned pending) {
+  detail::Launch& l = detail::cur();
+  std::vector<detail::AsyncCopy>& mine = l.copies[l.cur];
+  const unsigned committed = l.committed[l.cur];
+  size_t kept = 0;
+  for (const detail::AsyncCopy& c : mine) {
+    if (c.group + pending < committed) std::memcpy(c.dst, c.data, 16);
+    else mine[kept++] = c;
+  }
+  mine.resize(kept);
 }
 
 // Names what runs next (a kernel and its group, say) in every failure report; the

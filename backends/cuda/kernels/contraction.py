@@ -12,7 +12,8 @@ import re
 from dataclasses import asdict
 
 from partitioner.cost import (CONTRACTION_THREADS, TILE_K, TILE_M, TILE_N, TILE_PAD_TENSOR_CORES, conv_out_runs,
-                             conv_rows, conv_weight_rows, gemm_dims, shared_memory, tile_elements, tile_row_strides)
+                             conv_rows, conv_weight_rows, gemm_dims, shared_memory, tile_elements, tile_row_strides,
+                             tile_stages)
 from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
@@ -23,10 +24,11 @@ from .common import (VECTOR_BYTES, expr_macro, external_sources, index_type, par
 from .probe import STORES, contiguous_runs, fast_axis
 
 WARPS_N = 4  # tensor-core path: 8 warps as 2 x 4, each a 64 x 32 sub-tile
+MMA_M, MMA_N = 16, 8  # mma.sync.m16n8k16
 MICRO = 8  # CUDA-core path: 8 x 8 products per thread
-# Tensor-core epilogue: each warp stages a 16 x 16 fragment in shared memory, rows 16
+# Tensor-core epilogue: each warp stages a 16 x 16 block in shared memory, rows 16
 # floats apart, or 20 when its lanes read it down the columns (an output consecutive in
-# m): 16 would put a column in 2 banks, 20 (WMMA's float stride is a multiple of 4) in 8.
+# m): 16 would put a column in 2 banks, 20 in 8.
 STAGING_LD_M_FAST = 20
 
 
@@ -47,7 +49,7 @@ def build(group: Group, index: int, hw) -> dict:
     params = parameters(group)
     itype, bits = index_type(group)
     first = products[0]
-    wmma = first.promoted in ("float16", "bfloat16")
+    tensor_cores = first.promoted in ("float16", "bfloat16")
     acc_dtype = product_accumulator(first.promoted)
     names = Names()  # one namespace for every emitter of this kernel
     parts, begin = [], 0
@@ -72,11 +74,12 @@ def build(group: Group, index: int, hw) -> dict:
             "threads": CONTRACTION_THREADS, "index_type": itype, "bm": TILE_M, "bn": TILE_N, "bk": TILE_K,
             "m": m, "k": k, "n_tiles": n_tiles, "m_tiles": m_tiles, "tiles": n_tiles * m_tiles * batch,
             "looped": grid < n_tiles * m_tiles * batch, "parts": parts,
-            "wmma": wmma, "op_type": storage_type(first.promoted) if wmma else REGISTER[first.promoted],
+            "tensor_cores": tensor_cores,
+            "op_type": storage_type(first.promoted) if tensor_cores else REGISTER[first.promoted],
             "acc_reg": REGISTER[acc_dtype], "smem_static": static, "a_region": a_region, "b_region": b_region,
-            "fma": _fma(acc_dtype),
+            "stages": tile_stages(group), "fma": _fma(acc_dtype),
             "warps_n": WARPS_N, "warp_m": TILE_M // (warps // WARPS_N), "warp_n": TILE_N // WARPS_N,
-            "frags_m": TILE_M // (warps // WARPS_N) // 16, "frags_n": TILE_N // WARPS_N // 16,
+            "frags_m": TILE_M // (warps // WARPS_N) // MMA_M, "frags_n": TILE_N // WARPS_N // MMA_N,
             "tm": MICRO, "tn": MICRO,
         },
     }
@@ -89,7 +92,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
     g = group.graph
     _, m, n, k = gemm_dims(g, op)
     promoted = op.promoted
-    wmma = promoted in ("float16", "bfloat16")
+    tensor_cores = promoted in ("float16", "bfloat16")
     acc_dtype = product_accumulator(promoted)
     sources = external_sources(group, params)
     a_tensor, b_tensor = op.inputs[0], op.inputs[1]
@@ -122,7 +125,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         axes = ("m", "k") if which == "a" else ("k", "n")
         probe = {"m": m // 2, "n": n // 2, "k": k // 2, "bz": 0}
         copy = None
-        if wmma:
+        if tensor_cores:
             vec = VECTOR_BYTES // itemsize(promoted)
             fixed = "k" if op.kind == "conv2d" and _conv_weight_as_stored(op, which, sources, g) else None
             copy = _copy(em.lines, which, axes, {"m": m, "n": n, "k": k}, vec, dtypes, promoted, fixed)
@@ -158,12 +161,12 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
     # the epilogue stores along n (the default: a row-major product) or along m (an
     # NCHW conv's pixels), whichever its stores step along consecutively
     out_m_fast = fast_axis(head.lines + epi.lines, {"m": m // 2, "n": n // 2, "bz": 0}, ("m", "n"), STORES) == "m"
-    store = (lambda v: to_storage(v, promoted)) if wmma else (lambda v: v)
+    store = (lambda v: to_storage(v, promoted)) if tensor_cores else (lambda v: v)
     a_ld, b_ld = tile_row_strides(group)
-    if wmma:  # each tile consecutive along the operand's consecutive axis (column-major tiles)
+    if tensor_cores:  # each tile consecutive along the operand's consecutive axis (column-major tiles)
         a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
         b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
-    walk = _tile_walk if wmma else row_major_walk
+    walk = _tile_walk if tensor_cores else row_major_walk
     rows, weights = (conv_rows(group), conv_weight_rows(group)) if op.kind == "conv2d" else (None, None)
     if weights:
         b_copy = None  # a copy from the rows' unaligned starts would straddle sectors
@@ -180,7 +183,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         "s_store": store("sval"),
         "a_copy": a_copy and {**a_copy, **_vector_walk("m", "k", TILE_M, TILE_K, a_ld, a_fast, a_copy["vec"])},
         "b_copy": b_copy and {**b_copy, **_vector_walk("k", "n", TILE_K, TILE_N, b_ld, b_fast, b_copy["vec"])},
-        "a_col_major": wmma and a_fast == "m", "b_col_major": wmma and b_fast == "k",
+        "a_col_major": tensor_cores and a_fast == "m", "b_col_major": tensor_cores and b_fast == "k",
         "epilogue": "\n".join(epi.lines), "out_m_fast": out_m_fast,
         "out_runs": _out_runs(group, op) if out_m_fast else None,
         "staging_ld": STAGING_LD_M_FAST if out_m_fast else 16,
