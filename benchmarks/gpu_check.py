@@ -16,7 +16,11 @@ GPU it finds, and reports:
   the distinct storages it reads and writes), against the copy bandwidth;
 - per contraction group, TFLOP/s on ``2·batch·M·N·K`` (``partitioner.cost.contraction_dims``)
   against ``torch.matmul`` on the same GEMM shapes and dtype (when PyTorch sees the GPU),
-  and per attention group TFLOP/s on the cost model's FLOP count.
+  and per attention group TFLOP/s on the cost model's FLOP count;
+- per graph exported from a PyTorch model (the corpus, by ``graphs/export_models.py``),
+  the fused plan's time against PyTorch eager and ``torch.compile`` on that model: the
+  same transformers config, precision and input shape, random weights (needs the
+  ``corpus`` extra's transformers; the GPU machine's image has it).
 
 It uses whichever GPU runner is installed (``backends.cuda.run``: PyCUDA, cuda-python or
 CuPy) and installs nothing. A graph that fails is reported in one line and the next
@@ -26,7 +30,8 @@ seeded random data, in both plans alike.
 
 ``--dry-run`` runs the same steps on this machine with the CPU emulator in place of
 the GPU, on small instances (the hand-written graphs with every dimension over 4
-shrunk, and the test fixture ``tests/data/small_block.yaml``), checks every output
+shrunk, the test fixture ``tests/data/small_block.yaml``, and a 1-layer GPT-2 of width
+64 exported from PyTorch, :data:`DRY_RUN_MODEL`, timed against PyTorch on the CPU too), checks every output
 of both plans against NumPy (``backends.check``), and labels every time as emulator
 wall time: it shows that the script works, not how fast the kernels are.
 """
@@ -60,6 +65,7 @@ from partitioner import load_graph, partition  # noqa: E402
 from partitioner.cost import contraction_dims  # noqa: E402
 from partitioner.hardware import PROFILES, load_hardware  # noqa: E402
 from partitioner.reference import random_values  # noqa: E402
+from partitioner.yamlio import parse_yaml  # noqa: E402
 
 BUDGET_S = 450  # 7.5 minutes: the whole check stays under 8
 MIN_GRAPH_S = 20  # a graph is not started with less time left than this
@@ -75,6 +81,12 @@ HOST_COPY_BYTES = 64 << 20
 DRY_RUN_DIMS = (5, 6, 7, 9, 11)
 DRY_RUN_PROFILE = "h200"
 DRY_RUN_FIXTURES = (ROOT / "tests" / "data" / "small_block.yaml",)
+# The dry run's graph exported from PyTorch (graphs/export_models.py): a 1-layer GPT-2
+# small enough for the emulator, so that the PyTorch eager and torch.compile path runs too.
+DRY_RUN_MODEL = dict(name="gpt2_tiny_1l_b2_s16_f16", model_class="GPT2Model", config_class="GPT2Config",
+                     config={"n_layer": 1, "n_embd": 64, "n_head": 2, "vocab_size": 96, "n_positions": 32,
+                             "bos_token_id": 0, "eos_token_id": 0, "use_cache": False},
+                     input_shape=(2, 16), input_dtype="int64", dtype="float16")
 _PROFILE_NAMES = (("h200", r"\bH200\b"), ("h100", r"\bH100\b"), ("a100", r"\bA100\b"))
 TORCH_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -191,30 +203,85 @@ class TorchMatmul:
         batch, m, n, k = gemm
         a = torch.randn(batch, m, k, device=self.device).to(dtype)
         b = torch.randn(batch, k, n, device=self.device).to(dtype)
-        for _ in range(WARMUP):
-            torch.matmul(a, b)
-        if self.device != "cuda":
-            times = []
-            for _ in range(self.repeats):
-                start = time.perf_counter()
-                torch.matmul(a, b)
-                times.append((time.perf_counter() - start) * 1e3)
-            return median(times)
-        from backends.cuda.run import FLUSH_BYTES
+        ms = torch_ms(torch, lambda: torch.matmul(a, b), self.device, self.repeats)
+        del a, b
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+        return ms
 
-        flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.repeats)]
-        for start, end in events:  # queued back to back: the flush covers the host's launch of the product
-            flush.zero_()
-            start.record()
-            torch.matmul(a, b)
-            end.record()
-        torch.cuda.synchronize()
-        times = [start.elapsed_time(end) for start, end in events]
-        del a, b, flush
-        torch.cuda.empty_cache()
+
+def dry_run_model(export_models):
+    """:data:`DRY_RUN_MODEL` as an ``export_models.Model``."""
+    return export_models.Model(**DRY_RUN_MODEL)
+
+
+def torch_ms(torch, run, device: str, repeats: int) -> float:
+    """Median milliseconds of ``run()`` (PyTorch work) after :data:`WARMUP` calls: CUDA
+    events with L2 flushed by a 256 MiB memset before each repeat on the GPU (as the
+    plans are timed), the host clock on the CPU."""
+    for _ in range(WARMUP):
+        run()
+    if device != "cuda":
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - start) * 1e3)
         return median(times)
+    from backends.cuda.run import FLUSH_BYTES
+
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in events:  # queued back to back: the flush covers the host's launch of the work
+        flush.zero_()
+        start.record()
+        run()
+        end.record()
+    torch.cuda.synchronize()
+    del flush
+    return median(start.elapsed_time(end) for start, end in events)
+
+
+class TorchModel:
+    """PyTorch eager and ``torch.compile`` (default options) on the model a graph was
+    exported from, where it came from ``graphs/export_models.py``: the same
+    transformers model class, config, precision and input shape, eager attention, with
+    its config's random weights and a seeded random input (``export_models.build``),
+    timed by :func:`torch_ms` as the plans are timed, under ``torch.no_grad``."""
+
+    def __init__(self, device: str, repeats: int):
+        self.device, self.repeats, self.specs, self.missing = device, repeats, {}, None
+        try:
+            import torch
+            import transformers  # noqa: F401 - export_models builds its models from it
+        except ImportError as exc:
+            self.missing = f"{exc.name} is not installed (pip install -e '.[corpus]')"
+            return
+        if device == "cuda" and not torch.cuda.is_available():
+            self.missing = "PyTorch does not see the GPU"
+            return
+        sys.path.insert(0, str(ROOT / "graphs"))
+        import export_models
+
+        self.torch, self.export_models = torch, export_models
+        self.specs = {m.name: m for m in (*export_models.MODELS, *export_models.LADDER, dry_run_model(export_models))}
+
+    def ms(self, name: str) -> tuple[float, float]:
+        """(eager ms, torch.compile ms) of one forward pass of the model graph ``name``
+        was exported from (a name of :attr:`specs`); the compiled model's warm-ups
+        compile it."""
+        torch = self.torch
+        model, (x,) = self.export_models.build(self.specs[name], self.device)
+        try:
+            with torch.no_grad():
+                eager = torch_ms(torch, lambda: model(x), self.device, self.repeats)
+                compiled = torch.compile(model)
+                return eager, torch_ms(torch, lambda: compiled(x), self.device, self.repeats)
+        finally:
+            del model, x
+            torch._dynamo.reset()
+            if self.device == "cuda":
+                torch.cuda.empty_cache()
 
 
 class GpuBench:
@@ -230,6 +297,7 @@ class GpuBench:
                     f"Python between them), L2 flushed by a 256 MiB memset before each repeat, {_runs(repeats)} "
                     f"after {WARMUP} warm-ups")
         self.matmul = TorchMatmul("cuda", repeats)
+        self.model = TorchModel("cuda", repeats)
 
     def copy_gbps(self) -> tuple[float, str]:
         """Device-to-device copy bandwidth (read plus written bytes, 1e9 bytes/s) and
@@ -279,6 +347,7 @@ class EmulatorBench:
         self.how = (f"EMULATOR wall time, not GPU time: a host program running the kernels on the CPU emulator "
                     f"(blocks one after another; process start and file I/O included), {_runs(repeats)}")
         self.matmul = TorchMatmul("cpu", repeats)
+        self.model = TorchModel("cpu", repeats)
 
     def copy_gbps(self) -> tuple[float, str]:
         """Host memory copy bandwidth (read plus written bytes, 1e9 bytes/s) and how it
@@ -382,9 +451,10 @@ def graph_files(dry_run: bool) -> list[Path]:
         DRY_RUN_FIXTURES)
 
 
-def instances(paths: list[Path], dry_run: bool) -> list[tuple[object, str]]:
+def instances(paths: list[Path], dry_run: bool, torch_model: "TorchModel | None" = None) -> list[tuple[object, str]]:
     """(graph, what it is) per file: at full size, fewest ops first; for a dry run the
-    graphs of graphs/ shrunk and the fixtures as they are."""
+    graphs of graphs/ shrunk and the fixtures as they are, then :data:`DRY_RUN_MODEL`
+    exported from PyTorch when ``torch_model`` can build it."""
     if not dry_run:
         graphs = [(load_graph(path), f"graphs/{path.name}, full size") for path in paths]
         return sorted(graphs, key=lambda pair: len(pair[0].ops))
@@ -395,6 +465,15 @@ def instances(paths: list[Path], dry_run: bool) -> list[tuple[object, str]]:
         else:
             graph, mapping = shrunk(path)
             out.append((graph, f"graphs/{path.name}, dims {mapping}"))
+    if torch_model is not None and torch_model.missing is None:
+        spec = dry_run_model(torch_model.export_models)
+        try:
+            graph = load_graph(parse_yaml(torch_model.export_models.export(spec)))
+        except Exception as exc:  # noqa: BLE001 - a failed export is one line; the other graphs run
+            print(f"{spec.name}: not exported: {_one_line(exc)}")
+        else:
+            out.append((graph, f"exported by graphs/export_models.py: {spec.model_class} {spec.config}, input "
+                               f"{list(spec.input_shape)} {spec.input_dtype}, {spec.dtype}"))
     return out
 
 
@@ -492,13 +571,6 @@ def report(results: list[GraphResult], bench, copy: float) -> None:
         print(f"\ntorch.matmul: not measured: {bench.matmul.missing}")
 
 
-TORCH_BASELINE_NOTE = (
-    "PyTorch eager and torch.compile: not measured. A graph here has no PyTorch module to run: the hand-written "
-    "graphs exist only as YAML, and the corpus graphs' transformers models are built by graphs/export_models.py on "
-    "the meta device, without weights or materialised buffers (position ids, rotary tables); running a graph's ops "
-    "in PyTorch instead would be a second copy of the op semantics.")
-
-
 def open_bench(args):
     """The bench to measure on, and the profile to plan for with the reason; prints
     the device line. Raises BackendError without a usable GPU."""
@@ -521,6 +593,25 @@ def _alarm(_signum, _frame):
     raise TimeGuard
 
 
+def _one_line(exc: Exception) -> str:
+    """An exception as one line: its type and its message's first line."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+
+
+def guarded(seconds: float, work):
+    """``work()``, stopped by SIGALRM after ``seconds``: (its result, None), or (None,
+    one line saying why it did not finish). One graph's failure must not end the check."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return work(), None
+    except TimeGuard:
+        return None, "stopped by the time guard (--budget)"
+    except Exception as exc:  # noqa: BLE001 - reported in one line, the next graph runs
+        return None, f"error: {_one_line(exc)}"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 def measure_all(bench, graphs: list, profile: str, begin: float, deadline: float) -> tuple[list[GraphResult], bool]:
     """Measure every graph in turn, each within the time left (SIGALRM at the
     deadline); a failing graph is one line. Returns the results and whether every
@@ -535,19 +626,53 @@ def measure_all(bench, graphs: list, profile: str, begin: float, deadline: float
             print(f"time guard: {left:.0f} s of the budget left, under {MIN_GRAPH_S} s: skipped {skipped}")
             return results, False
         started = time.perf_counter()
-        signal.setitimer(signal.ITIMER_REAL, left)
-        try:
-            results.append(measure_graph(bench, graph, instance, profile))
-            ok &= all(passed is not False for passed, _ in results[-1].checks)
+        result, failed = guarded(left, lambda: measure_graph(bench, graph, instance, profile))
+        if failed:
+            ok, outcome = False, failed
+        else:
+            results.append(result)
+            ok &= all(passed is not False for passed, _ in result.checks)
             outcome = f"measured in {time.perf_counter() - started:.1f} s ({instance})"
-        except TimeGuard:
-            ok, outcome = False, "stopped by the time guard (--budget)"
-        except Exception as exc:  # noqa: BLE001 - one graph's failure is reported and must not end the check
-            ok, outcome = False, f"error: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
         print(f"[{time.perf_counter() - begin:5.0f} s] {graph.name}: {outcome}", flush=True)
     return results, ok
+
+
+def measure_torch(bench, results: list[GraphResult], begin: float, deadline: float) -> list[list[str]]:
+    """Per measured graph exported from a PyTorch model (``TorchModel.specs``): the fused
+    plan's time against PyTorch eager and torch.compile on that model, each graph
+    within the time left; a graph without the time or whose model fails is one row."""
+    rows = []
+    for r in results:
+        if r.name not in bench.model.specs:
+            continue
+        left = deadline - time.perf_counter()
+        if left < MIN_GRAPH_S:
+            found, failed = None, f"not started: {left:.0f} s of the budget left, under {MIN_GRAPH_S} s"
+        else:
+            found, failed = guarded(left, lambda: bench.model.ms(r.name))
+        fused = r.measured_ms[1]
+        cells = ["-"] * 4 if failed else [_num(found[0]), _num(found[1]), f"{found[0] / fused:.2f}x",
+                                         f"{found[1] / fused:.2f}x"]
+        rows.append([r.name, _num(fused), *cells, failed or "measured"])
+        print(f"[{time.perf_counter() - begin:5.0f} s] {r.name}: PyTorch eager and torch.compile "
+              f"{failed or 'measured'}", flush=True)
+    return rows
+
+
+def report_torch(rows: list[list[str]], bench) -> None:
+    """The table of :func:`measure_torch`, or why there is none."""
+    if bench.model.missing:
+        print(f"\nPyTorch eager and torch.compile: not measured: {bench.model.missing}")
+        return
+    where = ("on the CPU, host clock" if bench.emulated else
+             "on the GPU, CUDA events, L2 flushed by a 256 MiB memset")
+    _table(f"The fused plan against PyTorch on the model the graph was exported from (graphs/export_models.py: the "
+           f"same transformers config, precision and input shape, eager attention, random weights; one forward "
+           f"pass under torch.no_grad, {where}, {_runs(bench.repeats)} after {WARMUP} warm-ups, torch.compile's "
+           f"default options, compiled in its warm-ups; ours: the fused plan's {bench.unit} above; speed-up = "
+           "theirs / ours; hand-written graphs have no PyTorch model and are not listed):",
+           ["graph", f"fused {bench.unit}", "eager ms", "torch.compile ms", "vs eager", "vs torch.compile", "status"],
+           rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -563,10 +688,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats must be at least 1")
     paths = graph_files(args.dry_run)
-    unknown = sorted(set(args.graphs or []) - {p.stem for p in paths})
+    known = [p.stem for p in paths] + ([DRY_RUN_MODEL["name"]] if args.dry_run else [])
+    unknown = sorted(set(args.graphs or []) - set(known))
     if unknown:
-        parser.error(f"no graph {', '.join(unknown)} in this run; it has {', '.join(p.stem for p in paths)}")
+        parser.error(f"no graph {', '.join(unknown)} in this run; it has {', '.join(known)}")
     paths = [p for p in paths if not args.graphs or p.stem in args.graphs]
+    exported = not args.graphs or DRY_RUN_MODEL["name"] in args.graphs  # the dry run's PyTorch model
     begin = time.perf_counter()
     deadline = begin + args.budget
     try:
@@ -583,9 +710,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"GPU tests (tests/test_cuda_gpu.py, kernels against NumPy on the GPU): {summary}", flush=True)
         copy, copy_how = bench.copy_gbps()
         print(f"copy bandwidth: {_num(copy)} GB/s ({copy_how})\n", flush=True)
-        results, measured = measure_all(bench, instances(paths, args.dry_run), profile, begin, deadline)
+        graphs = instances(paths, args.dry_run, bench.model if exported else None)
+        results, measured = measure_all(bench, graphs, profile, begin, deadline)
+        torch_rows = measure_torch(bench, results, begin, deadline)
         report(results, bench, copy)
-        print(f"\n{TORCH_BASELINE_NOTE}")
+        report_torch(torch_rows, bench)
     finally:
         try:
             bench.close()

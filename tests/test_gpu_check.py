@@ -27,6 +27,9 @@ from .conftest import ROOT, make_graph, op
 
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 DRY_RUN_GRAPHS = ["layernorm_f16", "mlp_gelu_f16", "residual_block_f16", "softmax_f16", "small_block"]
+# the dry run's graph exported from a PyTorch model, where the corpus extra is installed
+HAS_MODELS = all(importlib.util.find_spec(name) for name in ("torch", "transformers"))
+DRY_RUN_MODEL = "gpt2_tiny_1l_b2_s16_f16"
 
 
 def _load_script():
@@ -47,7 +50,7 @@ gpu_check = _load_script()
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
 def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
     done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+                          timeout=600)
     out = done.stdout
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "DRY RUN on the CPU emulator" in out and "every check passed" in out
@@ -57,7 +60,7 @@ def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
         assert header in out
     plan_rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines()
                  if line.startswith("| ") and " -> " in line and "instance" not in line}
-    assert sorted(plan_rows) == sorted(DRY_RUN_GRAPHS)
+    assert sorted(plan_rows) == sorted(DRY_RUN_GRAPHS + [DRY_RUN_MODEL] * HAS_MODELS)
     for name, row in plan_rows.items():
         assert row.count("| pass (") == 2, row  # both plans checked against NumPy
         assert f"{name}: measured in" in out
@@ -65,7 +68,12 @@ def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
     # every figure is labelled as the emulator's or the host's, none as the GPU's
     assert "GPU ms" not in out and "GPU GB/s" not in out and "CUDA events" not in out
     assert "EMULATOR wall time, not GPU time" in out and "HOST memory, not GPU" in out
-    assert "PyTorch eager and torch.compile: not measured" in out
+    # the fused plan against PyTorch eager and torch.compile on the model the graph came from
+    if HAS_MODELS:
+        assert re.search(rf"^\| {DRY_RUN_MODEL} \| [\d.,]+ \| [\d.,e-]+ \| [\d.,e-]+ \| [\d.]+x \| [\d.]+x \| measured \|$",
+                         out, re.MULTILINE), out[-2000:]
+    else:
+        assert "PyTorch eager and torch.compile: not measured: " in out
     # the fused small block has an attention group and contractions: both in the compute table
     assert re.search(r"\| small_block \| \d+ \| attention \|", out)
     assert re.search(r"\| small_block \| \d+ \| contraction \| 2\*b\*M\*N\*K", out)
