@@ -55,10 +55,10 @@ TILE_STAGES_TENSOR_CORES, TILE_STAGES_CUDA_CORES = 3, 2
 CONTRACTION_THREADS = 256
 # Shared-memory operand tiles are padded so that main-loop reads meet no bank conflict
 # (CUTLASS's padded layouts). Tensor cores (float16/bfloat16): each row by 8 elements,
-# 16 bytes; a fragment load reads 8 rows of 16 bytes per phase, and rows of 64 (A:
+# 16 bytes; an ldmatrix reads 8 rows of 16 bytes per phase, and rows of 64 (A:
 # TILE_K halves) or 256 bytes (B: TILE_N) fall on 2 or 1 of the 8 16-byte bank groups
-# (4- and 8-way conflicts), where 80- and 272-byte rows fall on 8 (WMMA needs a row
-# stride of a multiple of 8 halves). CUDA cores: rows by 1 element; a warp reads one
+# (4- and 8-way conflicts), where 80- and 272-byte rows fall on 8 (ldmatrix rows must be
+# 16-byte aligned, so the padding is a multiple of 8 halves). CUDA cores: rows by 1 element; a warp reads one
 # element of each of two A rows 16 rows apart, the same bank at a stride of 32 words,
 # different banks at 33; and a warp loading a tile along k (an operand consecutive in
 # k) writes 32 rows of B at once, all in one bank at a stride of 128 words.
@@ -397,7 +397,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
     >>> round(c.traffic_time_us, 2), round(c.compute_time_us, 2), round(c.modeled_time_us, 2)
     (28.55, 70.45, 71.45)
     >>> c.budgets.shared_memory, c.budgets.shared_memory_limit
-    (40960, 232448)
+    (61440, 232448)
     """
     moved = group.bytes_read + group.bytes_written
     flops = op_flops(group)
@@ -644,10 +644,10 @@ def tile_elements(group: Group) -> tuple[int, int]:
 SECTOR_BYTES = 32
 #: Most shared memory, in bytes, a conv's staged input rows (:class:`ConvRows`) may take;
 #: a conv that would need more gathers its A tile from global memory directly. With the
-#: 40 KiB of half-precision operand tiles, 48 KiB keeps two blocks per SM in the H100's
-#: 228 KiB (NVIDIA, *Hopper Tuning Guide*), as many as its registers allow (128 per
-#: thread x 256 threads of 65,536 per SM: CUDA C++ Programming Guide, compute capability
-#: 9.0).
+#: 60 KiB of half-precision operand tiles (three stages), 48 KiB keeps two blocks per SM
+#: in the H100's 228 KiB, each block also taking the 1 KiB the driver reserves (NVIDIA,
+#: *Hopper Tuning Guide*: 2 x 109 KiB), as many as its registers allow (128 per thread x
+#: 256 threads of 65,536 per SM: CUDA C++ Programming Guide, compute capability 9.0).
 CONV_ROWS_MAX_BYTES = 48 * 1024
 
 
@@ -789,7 +789,9 @@ def _sector_elements(group: Group, shape: tuple[int, ...], dtype: str, tensors: 
 #: Most shared memory, in bytes, a conv's staged output tile (:class:`ConvOutRuns`) may
 #: take: a float tile of ``TILE_M x TILE_N`` and its padding (a float64 one stores as before).
 CONV_OUT_MAX_BYTES = 72 * 1024
-#: Floats of padding per staged output column: WMMA's float ``ldm`` is a multiple of 4.
+#: Floats of padding per staged output column: columns 132 floats apart put the four
+#: columns a quad of lanes stores from the mma.sync accumulator layout (2 apart) 8 banks
+#: apart, so a warp's 32 stores meet no bank conflict.
 CONV_OUT_PAD = 4
 
 
