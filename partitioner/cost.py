@@ -57,11 +57,12 @@ CONTRACTION_THREADS = 256
 # (CUTLASS's padded layouts). Tensor cores (float16/bfloat16): each row by 8 elements,
 # 16 bytes; an ldmatrix reads 8 rows of 16 bytes per phase, and rows of 64 (A:
 # TILE_K halves) or 256 bytes (B: TILE_N) fall on 2 or 1 of the 8 16-byte bank groups
-# (4- and 8-way conflicts), where 80- and 272-byte rows fall on 8 (ldmatrix rows must be
-# 16-byte aligned, so the padding is a multiple of 8 halves). CUDA cores: rows by 1 element; a warp reads one
-# element of each of two A rows 16 rows apart, the same bank at a stride of 32 words,
-# different banks at 33; and a warp loading a tile along k (an operand consecutive in
-# k) writes 32 rows of B at once, all in one bank at a stride of 128 words.
+# (4- and 8-way conflicts), where 80- and 272-byte rows fall on 8 (ldmatrix rows must
+# be 16-byte aligned, so the padding is a multiple of 8 halves). CUDA cores: rows by 1
+# element; a warp reads one element of each of two A rows 16 rows apart, the same bank
+# at a stride of 32 words, different banks at 33; and a warp loading a tile along k (an
+# operand consecutive in k) writes 32 rows of B at once, all in one bank at a stride of
+# 128 words.
 TILE_PAD_TENSOR_CORES, TILE_PAD_CUDA_CORES = 8, 1
 # Reductions: 256 threads per block. A row of more than SHORT_ROW elements is
 # processed by the whole block (a partial per warp goes through shared memory for
