@@ -701,8 +701,8 @@ class ConvRows:
 
 def _conv(group: Group):
     """The group's conv2d, or None: its first contraction, which stands for its horizontal
-    siblings too (``partitioner.horizontal``: one input through one window, so one A
-    operand and one K; only their output channels differ)."""
+    siblings too where they agree (``partitioner.horizontal``: one input through one
+    window, so one A operand and one K; their weights and output channels differ)."""
     op = next((op for op in group.compute if op.op_class == "contraction"), None)
     return op if op is not None and op.kind == "conv2d" else None
 
@@ -758,11 +758,13 @@ class WeightRows:
         return TILE_N * self.slots
 
 
-def conv_weight_rows(group: Group) -> WeightRows | None:
-    """The staged weight rows of the group's conv (:class:`WeightRows`), or None: not a
-    conv, or its rows a whole number of sectors."""
-    op = _conv(group)
-    if op is None:
+def conv_weight_rows(group: Group, op=None) -> WeightRows | None:
+    """The staged weight rows (:class:`WeightRows`) of the group's conv ``op`` (by
+    default its first: horizontal siblings share K but not their weights, whose output
+    channels, so ``numel``, differ), or None: not a conv, or its rows a whole number of
+    sectors."""
+    op = op or _conv(group)
+    if op is None or op.kind != "conv2d":
         return None
     g = group.graph
     w = g.tensor(op.inputs[1])
@@ -944,8 +946,10 @@ def shared_memory(group: Group) -> int:
     if group.kind == "reduction":
         return sum(region.bytes for region in reduction_smem(group))
     if group.kind == "contraction":
-        rows, weights, out = conv_rows(group), conv_weight_rows(group), conv_out_runs(group)
-        staged = sum(r.elements for r in (rows, weights) if r)
+        rows, out = conv_rows(group), conv_out_runs(group)
+        # a block runs one product: the weight rows' buffer holds the largest sibling's
+        weights = max((w.elements for w in (conv_weight_rows(group, op) for op in group.compute) if w), default=0)
+        staged = (rows.elements if rows else 0) + weights
         operands = (sum(tile_elements(group)) * tile_stages(group) + staged) * _operand_bytes(group)
         return max(operands, out.bytes if out else 0)
     if group.kind == "attention":

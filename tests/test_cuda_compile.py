@@ -52,6 +52,21 @@ def test_ilp_plans_of_real_models_compile_without_spills(path, arch):
     assert all(r.spills == 0 for r in compiled.resources.values())
     over = [k.index for k in rendered.kernels if compiled.resources[k.name].registers > 255]
     assert not over
+    # contractions run two blocks per SM (__launch_bounds__(256, 2)): at most 128 registers
+    assert all(compiled.resources[k.name].registers <= 128 for k in rendered.kernels if k.kind == "contraction")
+
+
+@needs_nvcc
+def test_a_horizontal_group_with_64_bit_indices_keeps_to_128_registers_without_spilling():
+    """Two products of a 2.2M-row A (64-bit indices) took 152 registers on sm_80 until the
+    contraction declared two blocks per SM; now ptxas fits them in 128, spilling nothing."""
+    g = make_graph({"x": ([2_200_000, 1024], "float16"), "w0": ([1024, 64], "float16"),
+                    "w1": ([1024, 64], "float16")},
+                   [op("s0", "matmul", ["x", "w0"]), op("s1", "matmul", ["x", "w1"])], ["s0", "s1"])
+    (kernel,) = render(partition(g, "ilp", hardware="a100")).kernels
+    assert kernel.kind == "contraction" and "int64_t idx_t" in kernel.source
+    used = compile_kernels([kernel], "sm_80").resources[kernel.name]
+    assert used.registers <= 128 and used.spills == 0, used
 
 
 def _ptx(tmp_path, kernel, arch: str) -> str:

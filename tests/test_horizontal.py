@@ -11,7 +11,7 @@ import pytest
 
 from backends.cuda.render import render
 from partitioner import evaluate, load_graph, load_hardware, partition
-from partitioner.cost import contraction_dims, flops_once, group_cost, op_executions
+from partitioner.cost import contraction_dims, conv_weight_rows, flops_once, group_cost, op_executions
 from partitioner.group import Group
 from partitioner.legality import decide
 from partitioner.plan import Plan, SolverInfo
@@ -224,6 +224,27 @@ def test_sibling_convolutions_of_one_input_match_numpy_on_the_emulator(dtype):
     assert re.findall(r"// (\w+): n tiles (\d+) to (\d+)", kernel.source) == [("c1", "0", "0"), ("c2", "1", "2")]
     assert any({"c1", "c2"} <= set(ops) for ops in partition(g, "ilp").groups)
     check(g, strategies=("ilp",))
+
+
+@emulated
+@pytest.mark.parametrize("channels", [(16, 24), (7, 9, 3)])
+def test_sibling_convolutions_stage_each_ones_own_weight_rows(channels):
+    """3x3 convs of 8 channels (K = 72, not a whole number of 16-half sectors) stage
+    their weight rows (``cost.WeightRows``), each sibling its own: the rows were once
+    bounded by the first sibling's weight, so a larger one read zeros past it (error 99x
+    the tolerance at O = 16, 24) and a smaller one read past its own end (SIGSEGV at
+    O = 7, 9, 3). The buffer holds the largest sibling's rows."""
+    stride = 1 if len(channels) == 2 else 2
+    x = [2, 8, 9, 10] if len(channels) == 2 else [2, 5, 13, 11]
+    inputs = {"x": (x, "float16"), **{f"w{i}": ([o, x[1], 3, 3], "float16") for i, o in enumerate(channels)}}
+    ops = [op(f"c{i}", "conv2d", ["x", f"w{i}"], pads=[1, 1, 1, 1], strides=[stride, stride])
+           for i in range(len(channels))]
+    g = make_graph(inputs, ops, [f"c{i}" for i in range(len(channels))], dtype="float16")
+    group = Group.of(g, [f"c{i}" for i in range(len(channels))])
+    sizes = [conv_weight_rows(group, o).numel for o in group.compute]
+    assert sizes == [o * x[1] * 9 for o in channels]  # each sibling its own weight
+    (kernel,) = emulate(g, [[f"c{i}" for i in range(len(channels))]])
+    assert kernel.source.count("row_span") >= 2 * len(channels)  # every part stages its weight rows
 
 
 def test_the_report_names_each_horizontal_group_and_its_grid(tmp_path, capsys):

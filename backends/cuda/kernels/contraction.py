@@ -167,7 +167,7 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         a_ld = a_ld if a_fast == "k" else TILE_M + TILE_PAD_TENSOR_CORES
         b_ld = b_ld if b_fast == "n" else TILE_K + TILE_PAD_TENSOR_CORES
     walk = _tile_walk if tensor_cores else row_major_walk
-    rows, weights = (conv_rows(group), conv_weight_rows(group)) if op.kind == "conv2d" else (None, None)
+    rows, weights = (conv_rows(group), conv_weight_rows(group, op)) if op.kind == "conv2d" else (None, None)
     if weights:
         b_copy = None  # a copy from the rows' unaligned starts would straddle sectors
     zero = store(f"({REGISTER[acc_dtype]})0")
