@@ -47,36 +47,58 @@ gpu_check = _load_script()
 # ---------------------------------------------------------------- the dry run
 
 
-@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
-def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
-    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run"], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
-    out = done.stdout
+def _dry_run(*graphs: str) -> str:
+    """The dry run's output over ``graphs``; it must exit 0."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--graphs", *graphs], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "DRY RUN on the CPU emulator" in out and "every check passed" in out
+    assert "DRY RUN on the CPU emulator" in done.stdout and "every check passed" in done.stdout
+    return done.stdout
+
+
+def _plan_rows(out: str) -> dict[str, str]:
+    """The plans table's rows by graph; each must have both plans checked against NumPy."""
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines()
+            if line.startswith("| ") and " -> " in line and "instance" not in line}
+    for name, row in rows.items():
+        assert row.count("| pass (") == 2, row
+        assert f"{name}: measured in" in out
+    return rows
+
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")
+
+
+@needs_gxx
+def test_the_dry_run_measures_and_checks_every_graph_on_the_emulator():
+    out = _dry_run(*DRY_RUN_GRAPHS)
     for header in ("| graph | instance | kernels unfused -> fused | unfused emulator ms | fused emulator ms |",
                    "| graph | group | kind | MB (modelled) | emulator ms | emulator GB/s | % of copy |",
                    "| graph | group | kind | FLOP | dtype | emulator ms | TFLOP/s | torch.matmul ms |"):
         assert header in out
-    plan_rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines()
-                 if line.startswith("| ") and " -> " in line and "instance" not in line}
-    assert sorted(plan_rows) == sorted(DRY_RUN_GRAPHS + [DRY_RUN_MODEL] * HAS_MODELS)
-    for name, row in plan_rows.items():
-        assert row.count("| pass (") == 2, row  # both plans checked against NumPy
-        assert f"{name}: measured in" in out
+    assert sorted(_plan_rows(out)) == sorted(DRY_RUN_GRAPHS)
     assert "graphs/softmax_f16.yaml, dims 12->5, 16->6, 512->7" in out  # says what it ran
     # every figure is labelled as the emulator's or the host's, none as the GPU's
     assert "GPU ms" not in out and "GPU GB/s" not in out and "CUDA events" not in out
     assert "EMULATOR wall time, not GPU time" in out and "HOST memory, not GPU" in out
-    # the fused plan against PyTorch eager and torch.compile on the model the graph came from
-    if HAS_MODELS:
-        assert re.search(rf"^\| {DRY_RUN_MODEL} \| [\d.,]+ \| [\d.,e-]+ \| [\d.,e-]+ \| [\d.]+x \| [\d.]+x \| measured \|$",
-                         out, re.MULTILINE), out[-2000:]
-    else:
-        assert "PyTorch eager and torch.compile: not measured: " in out
     # the fused small block has an attention group and contractions: both in the compute table
     assert re.search(r"\| small_block \| \d+ \| attention \|", out)
     assert re.search(r"\| small_block \| \d+ \| contraction \| 2\*b\*M\*N\*K", out)
+
+
+@needs_gxx
+def test_the_dry_run_times_a_model_exported_from_pytorch_against_eager_and_torch_compile():
+    """A 1-layer GPT-2 exported by graphs/export_models.py, run on the emulator and
+    checked, and its fused plan beside PyTorch eager and torch.compile on that model
+    (on the CPU); without torch or transformers the run says so."""
+    out = _dry_run(DRY_RUN_MODEL)
+    if not HAS_MODELS:
+        assert "PyTorch eager and torch.compile: not measured: " in out
+        return
+    assert sorted(_plan_rows(out)) == [DRY_RUN_MODEL]
+    assert "exported by graphs/export_models.py: GPT2Model" in out
+    assert re.search(rf"^\| {DRY_RUN_MODEL} \| [\d.,]+ \| [\d.,e-]+ \| [\d.,e-]+ \| [\d.]+x \| [\d.]+x \| measured \|$",
+                     out, re.MULTILINE), out[-2000:]
 
 
 def test_an_unknown_graph_is_refused_in_one_line(capsys):
