@@ -93,12 +93,13 @@ def _progress_printer(unit: str = "us"):
     if not sys.stderr.isatty():
         return None
 
-    def show(phase: str, best: float, bound: float | None, elapsed: float) -> None:
+    def show(phase: str, best: float | None, bound: float | None, elapsed: float) -> None:
         if elapsed < 1.0:
             return
         shown = "-" if bound is None else f"{bound:,.1f} {unit}"
+        incumbent = "-" if best is None else f"{best:,.1f} {unit}"
         gap = "-" if bound is None or not best else f"{(best - bound) / best:.2%}"
-        sys.stderr.write(f"\r[ilp {phase}] best {best:,.1f} {unit}  bound {shown}  gap {gap}  {elapsed:.1f} s   ")
+        sys.stderr.write(f"\r[ilp {phase}] best {incumbent}  bound {shown}  gap {gap}  {elapsed:.1f} s   ")
         sys.stderr.flush()
 
     return show

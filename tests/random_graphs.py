@@ -15,6 +15,36 @@ def small_graphs(draw, max_ops: int = 8, empty: bool = False):
     """A valid format-v1 graph with at most ``max_ops`` primitive ops; with ``empty``,
     zero-size tensors too: inputs with a zero dimension, and slices to zero length
     whose results non-empty reductions may read."""
+    return load_graph(draw(graph_specs(max_ops, empty)))
+
+
+@st.composite
+def repeated_graphs(draw, block_ops: int = 4, copies: int = 2):
+    """``copies`` copies of one random block of at most ``block_ops`` ops (as a
+    network's repeated layers): each copy reads the previous copy's result in place of
+    input ``x`` when their shapes agree (a chain of layers), and otherwise shares
+    the graph's inputs with it (siblings of one input). Every copy's result is an output."""
+    spec = draw(graph_specs(block_ops))
+    block = load_graph(spec)
+    last = spec["outputs"][0]
+    chained = "x" in block.inputs and block.tensor(last).shape == block.inputs["x"].shape
+    ops, outputs, x = [], [], "x"
+    for k in range(copies):
+        rename = {op["name"]: f"l{k}_{op['name']}" for op in spec["ops"]}
+        rename["x"] = x
+        for op in spec["ops"]:
+            ops.append({**op, "name": rename[op["name"]],
+                        "inputs": [rename.get(i, i) if isinstance(i, str) else i for i in op["inputs"]]})
+        outputs.append(rename[last])
+        x = rename[last] if chained else "x"
+    names = {i for op in ops for i in op["inputs"] if isinstance(i, str)}
+    inputs = [entry for entry in spec["inputs"] if entry["name"] in names]
+    return load_graph({"name": "repeated", "inputs": inputs, "ops": ops, "outputs": outputs})
+
+
+@st.composite
+def graph_specs(draw, max_ops: int = 8, empty: bool = False):
+    """The format-v1 spec (a dict) of a :func:`small_graphs` graph."""
     # large enough that bytes weigh as much as launches in the objective
     sizes = [(256, 512), (512, 512), (128, 1024)] + ([(0, 512), (256, 0), (0, 0)] if empty else [])
     kinds = KINDS + (("empty_slice",) * 2 if empty else ())
@@ -81,4 +111,4 @@ def small_graphs(draw, max_ops: int = 8, empty: bool = False):
     used = {i for o in ops for i in o["inputs"] if isinstance(i, str)}
     entries = [{"name": k, "shape": v, "dtype": "int64" if k == "idx" else dtype}
                for k, v in inputs.items() if k in used]
-    return load_graph({"name": "random", "inputs": entries, "ops": ops, "outputs": outputs})
+    return {"name": "random", "inputs": entries, "ops": ops, "outputs": outputs}

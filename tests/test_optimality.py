@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from partitioner import IllegalPlan, evaluate, load_graph, load_hardware, partition
 from partitioner.cost import OBJECTIVES, display_value, objective
@@ -22,7 +23,7 @@ from partitioner.strategies.ilp import structural_bound
 from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
-from .random_graphs import small_graphs
+from .random_graphs import repeated_graphs, small_graphs
 from .test_attention import convex_groups, legal_groups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,11 +133,25 @@ def test_groups_with_one_signature_are_equally_legal_and_cost_the_same(graph):
         assert seen.setdefault(group.signature, verdict) == verdict, group.ops
 
 
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([(4, 2), (3, 3)]).flatmap(lambda shape: repeated_graphs(*shape)))
+def test_repeated_blocks_are_searched_once_and_every_legal_group_is_found(graph):
+    """Copies of one random block, chained or siblings of one input: the anchors of a
+    copy whose search has the structure of an earlier one's take its candidates
+    mapped over instead of searching, and the candidates are still exactly the legal
+    groups found by brute force over every subset."""
+    found = enumerate_candidates(graph, H100, 64)
+    assert found.complete and len(found.masks) == len(set(found.masks))
+    assert set(found.masks) == legal_groups(graph)
+
+
 def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them(monkeypatch):
     """On GPT-2 2L the layers repeat, so most groups are decided from a signature
-    already seen. The candidates and their costs are those of a search that decides
-    every group afresh and tests every op in every state (no signature memo, no
-    op dropped from an anchor's reach), and each cost is the group's own objective."""
+    already seen, and most anchors' searches take an earlier anchor's candidates
+    mapped over (the same structure). The candidates and their costs are those of a
+    search that decides every group afresh, searches from every anchor and tests every
+    op in every state (no signature memo, no structure reused, no op dropped from an
+    anchor's reach), and each cost is the group's own objective."""
     from partitioner.strategies import candidates
 
     graph = load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
@@ -158,9 +173,10 @@ def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them
 
     monkeypatch.setattr(candidates._Search, "__init__", forgetful)
     monkeypatch.setattr(candidates._Search, "reachable", lambda self, job, ops: ops & job.universe)
+    monkeypatch.setattr(candidates._Search, "structure", lambda self, job: ((id(job),), []))
     slow = enumerate_candidates(graph, H100, 64)
     assert sorted(zip(slow.masks, slow.costs)) == sorted(zip(fast.masks, fast.costs))
-    assert slow.states == fast.states and slow.work > fast.work
+    assert fast.replayed > 50 and slow.replayed == 0 and slow.states > fast.states
 
 
 def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(monkeypatch):

@@ -17,9 +17,9 @@ from ..graph import Graph
 from ..group import Group
 from ..hardware import Hardware
 
-#: progress(phase, best, bound or None, elapsed_s) during long solves; best and bound
-#: in the objective's display unit (``cost.UNITS``: microseconds, or microjoules).
-Progress = Callable[[str, float, float | None, float], None]
+#: progress(phase, best or None, bound or None, elapsed_s) during long solves; best and
+#: bound in the objective's display unit (``cost.UNITS``: microseconds, or microjoules).
+Progress = Callable[[str, float | None, float | None, float], None]
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import horizontal
@@ -86,6 +86,10 @@ class _Job:
     work: int = 0
     seed: tuple[int, int, int] = (0, 0, 0)  # the anchor's ops, their descendants, their ancestors
     tried: int = 0  # ops already tested against the seed (see _Search.reachable)
+    key: tuple | None = None  # its search's structure up to names (_Search.structure)
+    region: list[int] = field(default_factory=list)  # the ops that key describes, in order
+    found: list[int] = field(default_factory=list)  # positions of the candidates it emitted
+    followers: list["_Job"] = field(default_factory=list)  # jobs of the same key, waiting for its result
 
 
 # The search's work, in units of about the same CPU time each (2-core development
@@ -131,6 +135,7 @@ class Candidates:
     work: int
     seconds: float
     stopped: tuple[str, ...]
+    replayed: int = 0
 
     @property
     def complete(self) -> bool:
@@ -158,9 +163,10 @@ class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
     def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int, kind: str,
-                 tick: Callable[[int], None] | None):
+                 tick: Callable[[int], None] | None, checkpoint: tuple[int, Callable[[], None]] | None):
         self.graph, self.hw, self.max_ops, self.kind = graph, hw, max_ops, kind
         self.max_work, self.max_candidates, self.tick = max_work, max_candidates, tick
+        self.checkpoint = checkpoint
         self.adj = neighbours(graph)
         classes = graph.class_masks
         self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
@@ -174,6 +180,9 @@ class _Search:
         self.states = self.work = 0
         self.anchor_budget = max_work  # set for each anchor by _searches
         self.stopped: list[str] = []
+        self.found: list[int] = []  # the running job's candidates (positions in ``masks``)
+        self.leaders: dict[tuple, _Job] = {}  # structure -> the job that searches it for all of its jobs
+        self.replayed = 0  # jobs whose candidates were mapped from an equal structure's
 
     def viable(self, hull: int) -> bool:
         """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
@@ -264,6 +273,12 @@ class _Search:
             stack.pop()
         return memo[i, numel]
 
+    def check(self) -> None:
+        """Calls the checkpoint's function once the work reaches its mark (once)."""
+        if self.checkpoint is not None and self.work >= self.checkpoint[0]:
+            call, self.checkpoint = self.checkpoint[1], None
+            call()
+
     def emit(self, mask: int, hull: int) -> None:
         if (hull ^ mask) & self.graph.compute_mask:
             return  # not convex: the hull takes in another compute op
@@ -275,6 +290,7 @@ class _Search:
             decided = self.decided[key] = (legal, objective(group, self.hw, self.kind) if legal else 0)
             self.work += CANDIDATE_WORK
         if decided[0]:
+            self.found.append(len(self.masks))
             self.masks.append(mask)
             self.costs.append(decided[1])
             self.work += SIGNATURE_WORK
@@ -296,6 +312,82 @@ class _Search:
                 if not self.viable(self.hull_with(seed, below, above, w)):
                     job.universe &= ~(1 << w)
         return ops & job.universe
+
+    def reach(self, job: _Job) -> int:
+        """Every op a set of the job can hold besides its seed, as a bitset: the closure
+        of the seed under adjacency within the job's universe, less the ops
+        :meth:`reachable` drops. Each set the search emits is connected and holds
+        the seed, so it lies within the seed and this reach."""
+        seed = job.seed[0]
+        found, frontier = 0, seed
+        while frontier:
+            near = 0
+            for i in bits(frontier):
+                near |= self.adj[i]
+            frontier = self.reachable(job, near & job.later & ~(found | seed))
+            found |= frontier
+        return found
+
+    def structure(self, job: _Job) -> tuple[tuple, list[int]]:
+        """The job's search up to names, and the ops it names in order: the region
+        ``H``, the convex hull of the seed and :meth:`reach`, with per op its
+        ``Graph.op_keys``, each operand (a literal, or the tensor's position in ``H``
+        and its storage's, or a number for a storage produced outside ``H``, with
+        ``Graph.operand_keys``' read key), its readers in ``H``, whether it has any
+        outside ``H`` or is a graph output, whether it is in the seed or the reach,
+        and its neighbours there.
+
+        Two jobs of one kind with equal structures emit the same candidates up to the
+        order-preserving map between their regions, at the same costs: a candidate is
+        a connected set of seed and reach that holds the seed, is convex and is legal.
+        Convexity is decided inside ``H`` (a convex set, so every path between its
+        members stays in it), and legality and cost by ``Group.signature``, which the
+        structure determines for every convex subset of ``H``. The pruning rules
+        only skip sets that are not candidates, so they change the work, never the
+        result."""
+        g = self.graph
+        seed = job.seed[0]
+        reach = self.reach(job)
+        held = seed | reach
+        region = bits(g.convex_hull(held))
+        position = {i: k for k, i in enumerate(region)}
+        outside: dict[str, int] = {}
+        ops = []
+        for i in region:
+            operands = tuple(key if tensor is None else
+                             (position.get(g.index.get(tensor), -1), self._storage(storage, position, outside), key)
+                             for tensor, storage, key in g.operand_keys[i])
+            readers = g.readers_of[i]
+            inside = tuple(position[r] for r in bits(readers) if r in position)
+            role = (seed >> i & 1) + 2 * (reach >> i & 1)
+            near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
+            ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
+                        near))
+        self.work += len(region)
+        return (job.kind, tuple(ops)), region
+
+    def _storage(self, storage: str, position: dict[int, int], outside: dict[str, int]) -> int:
+        """A storage's position in a region, or for one produced outside it (or a
+        graph input), ``~n`` for the ``n``-th such storage the region reads."""
+        k = position.get(self.graph.index.get(storage, -1))
+        return ~outside.setdefault(storage, len(outside)) if k is None else k
+
+    def replay(self, job: _Job, leader: _Job) -> None:
+        """Emits for ``job`` the candidates ``leader`` (a job of the same structure)
+        emitted, mapped from its region onto the job's, at the same costs."""
+        position = {i: k for k, i in enumerate(leader.region)}
+        region = job.region
+        for k in leader.found:
+            mask = 0
+            for i in bits(self.masks[k]):
+                mask |= 1 << region[position[i]]
+            self.masks.append(mask)
+            self.costs.append(self.costs[k])
+            self.work += 1
+            if len(self.masks) >= self.max_candidates:
+                self.stopped.append("candidates")
+                raise _Stop
+        self.replayed += 1
 
     def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
         """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
@@ -342,6 +434,7 @@ class _Search:
             self.work += 1
             if self.states % 2048 == 0 and self.tick is not None:
                 self.tick(len(self.masks))
+            self.check()
             universe = job.universe  # shrinks as ops are found out of the anchor's reach
             addable = ext | (universe & later & ~closed)
             if kind != "reduction":
@@ -366,7 +459,7 @@ class _Search:
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int = 10**12,
                          max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None,
-                         kind: str = "time") -> Candidates:
+                         kind: str = "time", checkpoint: tuple[int, Callable[[], None]] | None = None) -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
     a budget stops the search: ``max_work`` units of search work in all
     (:data:`CANDIDATE_WORK`), ``max_candidates`` groups, or an anchor's cap of
@@ -376,9 +469,11 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     starve the others. When a budget stops the search, ``stopped`` says which. The
     budgets count work, not seconds, so the result is the same on any machine.
     ``tick(candidates_so_far)`` is called now and then during long searches; each
-    candidate is priced by ``cost.objective`` of ``kind``."""
+    candidate is priced by ``cost.objective`` of ``kind``. ``checkpoint`` is a mark
+    in units of work and a function called once when the search reaches it (the ILP
+    computes its warm start there; the function may raise to end the search)."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick)
+    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick, checkpoint)
     try:
         pending = _anchors(graph, search)
         while pending:
@@ -386,7 +481,7 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     except _Stop:
         pass
     return Candidates(search.masks, search.costs, search.states, search.work, time.perf_counter() - begin,
-                      tuple(search.stopped))
+                      tuple(search.stopped), search.replayed)
 
 
 def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
@@ -395,20 +490,35 @@ def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
     below that cap, to resume in the next pass."""
     overran = []
     for n, job in enumerate(jobs):
+        search.check()
+        search.found = job.found
+        if job.kind == "alone":
+            search.emit(job.stack[0], job.stack[0])
+            continue
+        if job.key is None:
+            job.key, job.region = search.structure(job)
+            leader = search.leaders.setdefault(job.key, job)
+            if leader is not job:  # an earlier job of this structure searches for both
+                if leader.stack:
+                    leader.followers.append(job)
+                else:
+                    search.replay(job, leader)
+                continue
         share = (search.max_work - search.work) // (len(jobs) - n)
         search.anchor_budget = search.work + max(1, min(MAX_WORK_PER_ANCHOR - job.work, share))
         before = search.work
         try:
-            if job.kind == "alone":
-                search.emit(job.stack[0], job.stack[0])
-            else:
-                search.search(job)
+            search.search(job)
         except _AnchorFull:
             job.work += search.work - before
             if job.work < MAX_WORK_PER_ANCHOR:
                 overran.append(job)
-            elif "anchor" not in search.stopped:
+                continue
+            job.stack.clear()  # given up: its jobs of the same structure take what it found
+            if "anchor" not in search.stopped:
                 search.stopped.append("anchor")
+        for follower in job.followers:  # what it found, complete or cut at the anchor's cap
+            search.replay(follower, job)
     return overran
 
 

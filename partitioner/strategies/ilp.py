@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 from networkx.utils import UnionFind
@@ -64,6 +64,12 @@ WORK_PER_S = 100_000
 # exhaust memory (each candidate costs ~1 kB here and about as much inside CP-SAT).
 MAX_CANDIDATES = 500_000
 WORKERS = 1
+# The heuristics' plans cost about this much search work per op of the graph (GPT-2 48L:
+# 5.7 CPU s for its 4,290 ops, at about 10 us a unit). The enumeration runs that far
+# before computing them, ski-rental style: a graph it finishes sooner never pays for
+# them (one group per op is then a complete warm start), one it does not pays at most
+# twice, and there they may prove the plan at once (the structural bound).
+HEURISTIC_WORK_PER_OP = 130
 #: CP-SAT rejects a linear objective whose terms could sum past 2^63.
 OBJECTIVE_LIMIT = 1 << 62
 
@@ -208,7 +214,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     second. One part's objective is shown on top of ``offset`` (the other parts'
     best plans) and its bound on top of ``bound_offset``."""
 
-    def __init__(self, report: Progress | None, hw: Hardware, kind: str, start: float, best: int, phase: str,
+    def __init__(self, report: Progress | None, hw: Hardware, kind: str, start: float, best: int | None, phase: str,
                  offset: int = 0, bound_offset: int = 0):
         super().__init__()
         self.report, self.hw, self.kind, self.start, self.phase = report, hw, kind, start, phase
@@ -216,7 +222,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.offset, self.bound_offset = offset, bound_offset
 
     def on_solution_callback(self) -> None:
-        self.best = min(self.best, int(self.ObjectiveValue()))
+        found = int(self.ObjectiveValue())
+        self.best = found if self.best is None else min(self.best, found)
         self.tick()
 
     def on_bound(self, bound: float) -> None:
@@ -230,7 +237,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             self.last = now
             shown = self.bound + self.bound_offset
             bound = display_value(shown, self.hw, self.kind) if self.bound > -math.inf else None
-            self.report(self.phase, display_value(self.best + self.offset, self.hw, self.kind), bound,
+            best = None if self.best is None else display_value(self.best + self.offset, self.hw, self.kind)
+            self.report(self.phase, best, bound,
                         now - self.start)
 
 
@@ -364,6 +372,44 @@ class _Solver:
                 part.chosen, part.cost = chosen, cost
 
 
+class _Proven(Exception):
+    """The warm start meets the structural bound: nothing is left to search."""
+
+
+class _WarmStart:
+    """The plan each solve starts from: the cheapest heuristic plan under the objective
+    (greedy on a tie), computed once, when first needed (:func:`heuristic_plans`);
+    or, when the enumeration finished before needing them, one group per compute op
+    (``name`` ``"none"``), whose groups are all candidates then."""
+
+    def __init__(self, graph: Graph, hw: Hardware, options: Options):
+        self.graph, self.hw, self.options = graph, hw, options
+        self.name: str | None = None
+        self.masks: list[int] = []
+        self.cost = 0
+        self.priced: dict[int, int] = {}  # every heuristic group -> its objective
+
+    def heuristics(self) -> None:
+        if self.name not in (None, "none"):
+            return
+        g, hw, kind = self.graph, self.hw, self.options.objective
+        plans = heuristic_plans(g, hw, self.options)
+        self.priced = {mask: objective(Group(g, g.convex_hull(mask)), hw, kind)
+                       for plan in plans.values() for mask in plan}
+        self.name = min(plans, key=lambda name: sum(self.priced[m] for m in plans[name]))  # greedy first on a tie
+        self.masks = plans[self.name]
+        self.cost = sum(self.priced[m] for m in self.masks)
+
+    def singletons(self, masks: list[int], costs: list[int]) -> bool:
+        """Starts from one group per compute op, if each is a candidate of ``masks``."""
+        cost = {m: c for m, c in zip(masks, costs) if m & (m - 1) == 0}
+        alone = [1 << i for i in bits(self.graph.compute_mask)]
+        if not all(m in cost for m in alone):
+            return False
+        self.name, self.masks, self.cost = "none", alone, sum(cost[m] for m in alone)
+        return True
+
+
 class Ilp(Strategy):
     """Exact set partitioning (see module docstring)."""
 
@@ -373,77 +419,117 @@ class Ilp(Strategy):
         start = time.perf_counter()
         limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
         kind = options.objective
-        plans = heuristic_plans(graph, hw, options)
-        priced = {mask: objective(Group(graph, graph.convex_hull(mask)), hw, kind)
-                  for plan in plans.values() for mask in plan}
-        start_from = min(plans, key=lambda name: sum(priced[m] for m in plans[name]))  # greedy first on a tie
-        warm = plans[start_from]
-        warm_cost = sum(priced[m] for m in warm)
         bound = structural_bound(graph, hw, options.max_ops, kind)
-        if bound >= warm_cost:  # the warm start meets a lower bound: proven, nothing to search
-            return assemble(graph, warm), {"status": "OPTIMAL", "bound": display_value(warm_cost, hw, kind),
-                                           "gap": 0.0, "details": {"warm_start": start_from, "candidates": 0,
-                                                                   "proof": "structural bound"}}
-        enumerating = _Progress(options.progress, hw, kind, start, warm_cost, "enumerating")
-        cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
-                                     max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(), kind=kind)
+        warm = _WarmStart(graph, hw, options)
+
+        def heuristics() -> None:
+            warm.heuristics()
+            if bound >= warm.cost:
+                raise _Proven
+
+        enumerating = _Progress(options.progress, hw, kind, start, None, "enumerating")
+        try:
+            cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
+                                         max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(),
+                                         kind=kind, checkpoint=(HEURISTIC_WORK_PER_OP * len(graph.ops), heuristics))
+            if not (cands.complete and (warm.name or warm.singletons(cands.masks, cands.costs))):
+                heuristics()
+        except _Proven:  # the warm start meets a lower bound: proven, nothing more to search
+            return assemble(graph, warm.masks), {"status": "OPTIMAL", "bound": display_value(warm.cost, hw, kind),
+                                                 "gap": 0.0, "details": {"warm_start": warm.name, "candidates": 0,
+                                                                         "proof": "structural bound"}}
         masks, costs = list(cands.masks), list(cands.costs)
-        position = {mask: k for k, mask in enumerate(masks)}
-        for mask, cost in priced.items():
-            if mask not in position:  # only when the enumeration stopped early
-                position[mask] = len(masks)
-                masks.append(mask)
-                costs.append(cost)
-        _check_objective_fits(graph, costs)
-        hint = {position[mask] for mask in warm}
-        solver = _Solver(graph, hw, kind, masks, costs, hint, cands.complete, limit, options.progress, start)
-        parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
-        best, best_cost, cuts = sorted(hint), warm_cost, 0
-        while True:
-            # the other parts' best costs (or warm start, before their solve) frame one part's progress
-            estimate = [p.cost if p.chosen is not None else _hint_cost(p, costs, hint) for p in parts]
-            later, done_cost, done_bound = sum(estimate), 0, 0
-            for n, part in enumerate(parts):
-                later -= estimate[n]
-                if part.chosen is None:
-                    solver.solve(part, done_cost + later, done_bound, f"solving part {n + 1}/{len(parts)}")
-                done_cost += part.cost
-                done_bound += part.bound
-            chosen = [k for part in parts for k in part.chosen]
-            cycle = _find_cycle(graph, [masks[k] for k in chosen])
-            if cycle is None:
-                if done_cost < best_cost:
-                    best, best_cost = chosen, done_cost
-                break
-            if solver.budget <= 0:
-                break
-            parts = _cut(parts, [chosen[p] for p in cycle])
-            cuts += 1
-        complete = cands.complete and all(p.optimal for p in parts) and best == chosen
-        if cands.complete:
-            bound = max(bound, sum(p.bound for p in parts))
-        bound = min(bound, best_cost)
-        status = "OPTIMAL" if complete or bound >= best_cost else "FEASIBLE" if best_cost < warm_cost else "WARM_START"
+        solved = _solve(graph, hw, kind, masks, costs, warm, cands.complete, limit, options.progress, start)
+        if solved.status != "OPTIMAL" and warm.name == "none":  # unproven: start again from the heuristics
+            first = solved
+            warm.heuristics()
+            solved = _solve(graph, hw, kind, masks, costs, warm, cands.complete, first.budget, options.progress,
+                            start)
+            if first.cost < solved.cost:  # the first solve's plan beat the heuristics, unproven
+                solved = replace(first, status="FEASIBLE", budget=solved.budget, stopped=True)
+            solved.bound = max(first.bound, solved.bound)
+        bound = max(bound, solved.bound) if cands.complete else bound
+        bound = min(bound, solved.cost)
+        status = solved.status if solved.status == "OPTIMAL" or bound < solved.cost else "OPTIMAL"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
-        if solver.stopped or solver.budget <= 0 and status != "OPTIMAL":
+        if solved.stopped or solved.budget <= 0 and status != "OPTIMAL":
             stopped.append("the solver's time limit (--time-limit, deterministic)")
         details = {
-            "warm_start": start_from,
+            "warm_start": warm.name,
             "candidates": len(cands.masks),
             "enumeration_complete": cands.complete,
             "enumeration_states": cands.states,
             "enumeration_work": cands.work,
+            "enumeration_replayed": cands.replayed,
             "enumeration_s": round(cands.seconds, 3),
-            "parts": len(parts),
-            "parts_reused": solver.reused,
-            "cycle_cuts": cuts,
-            "solves": solver.solves,
+            "parts": solved.parts,
+            "parts_reused": solved.reused,
+            "cycle_cuts": solved.cuts,
+            "solves": solved.solves,
         }
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
-        groups = assemble(graph, [masks[k] for k in best])
-        gap = 0.0 if best_cost == 0 else (best_cost - bound) / best_cost
+        groups = assemble(graph, [masks[k] for k in solved.chosen])
+        gap = 0.0 if solved.cost == 0 else (solved.cost - bound) / solved.cost
         return groups, {"status": status, "bound": display_value(bound, hw, kind), "gap": gap, "details": details}
+
+
+@dataclass
+class _Solved:
+    """One solve's plan (candidate positions) and what the report says of it."""
+
+    chosen: list[int]
+    cost: int
+    bound: int  # the parts' bounds summed (valid over the candidates)
+    status: str  # OPTIMAL (every part proven, no cycle left), FEASIBLE or WARM_START
+    stopped: bool  # a part's solve stopped at the budget
+    budget: float  # deterministic seconds left
+    parts: int
+    reused: int
+    solves: int
+    cuts: int
+
+
+def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], warm: _WarmStart,
+           complete: bool, limit: float, progress: Progress | None, start: float) -> _Solved:
+    """Exact cover of the candidates ``masks`` (extended in place with the warm start's
+    groups that are missing: only when the enumeration stopped early), from the warm
+    start, with cycle cuts (module docstring)."""
+    position = {mask: k for k, mask in enumerate(masks)}
+    for mask, cost in warm.priced.items():
+        if mask not in position:
+            position[mask] = len(masks)
+            masks.append(mask)
+            costs.append(cost)
+    _check_objective_fits(graph, costs)
+    hint = {position[mask] for mask in warm.masks}
+    solver = _Solver(graph, hw, kind, masks, costs, hint, complete, limit, progress, start)
+    parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
+    best, best_cost, cuts = sorted(hint), warm.cost, 0
+    while True:
+        # the other parts' best costs (or warm start, before their solve) frame one part's progress
+        estimate = [p.cost if p.chosen is not None else _hint_cost(p, costs, hint) for p in parts]
+        later, done_cost, done_bound = sum(estimate), 0, 0
+        for n, part in enumerate(parts):
+            later -= estimate[n]
+            if part.chosen is None:
+                solver.solve(part, done_cost + later, done_bound, f"solving part {n + 1}/{len(parts)}")
+            done_cost += part.cost
+            done_bound += part.bound
+        chosen = [k for part in parts for k in part.chosen]
+        cycle = _find_cycle(graph, [masks[k] for k in chosen])
+        if cycle is None:
+            if done_cost < best_cost:
+                best, best_cost = chosen, done_cost
+            break
+        if solver.budget <= 0:
+            break
+        parts = _cut(parts, [chosen[p] for p in cycle])
+        cuts += 1
+    proven = complete and all(p.optimal for p in parts) and best == chosen
+    status = "OPTIMAL" if proven else "FEASIBLE" if best_cost < warm.cost else "WARM_START"
+    return _Solved(best, best_cost, sum(p.bound for p in parts), status, solver.stopped, solver.budget, len(parts),
+                   solver.reused, solver.solves, cuts)
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:
