@@ -179,6 +179,21 @@ def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them
     assert fast.replayed > 50 and slow.replayed == 0 and slow.states > fast.states
 
 
+def test_sets_convex_only_once_grown_are_found():
+    """The tanh GELU prologue of a matmul: the search reaches some convex groups only
+    through sets that are not convex yet ({mm, mul, half, inner} holds the path
+    through ``scaled``, ``tanh`` and ``plus`` only once it grows them). It cuts a
+    branch only when the hull holds a compute op the branch can no longer add; a
+    search that cut every non-convex set would lose those groups."""
+    ops = [op("half", "mul", ["x", 0.5]), op("cube", "pow", ["x", 3.0]), op("scaled_cube", "mul", ["cube", 0.044715]),
+           op("inner", "add", ["x", "scaled_cube"]), op("scaled", "mul", ["inner", 0.79788]),
+           op("tanh", "tanh", ["scaled"]), op("plus", "add", ["tanh", 1.0]), op("gelu", "mul", ["half", "plus"]),
+           op("mm", "matmul", ["gelu", "w"])]
+    graph = make_graph({"x": [256, 512], "w": [512, 512]}, ops, ["mm"])
+    found = enumerate_candidates(graph, H100, 64)
+    assert set(found.masks) == legal_groups(graph) and len(found.masks) == len(set(found.masks))
+
+
 def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(monkeypatch):
     """A small table (as RoPE's cos) read by the wide pointwise prologue of a matmul in
     each of three layers: every pointwise set holding the table and a layer's op is

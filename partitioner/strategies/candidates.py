@@ -437,11 +437,15 @@ class _Search:
             self.check()
             universe = job.universe  # shrinks as ops are found out of the anchor's reach
             addable = ext | (universe & later & ~closed)
+            hull = mask | (below & above)
+            outside = (hull ^ mask) & g.compute_mask
+            if outside ^ (outside & addable):
+                continue  # the hull holds a compute op this branch cannot add: no set of it is convex
             if kind != "reduction":
                 doomed, must = self.conflict(kind, anchor, mask, below, above, addable, must)
                 if doomed:
                     continue
-            self.emit(mask, mask | (below & above))
+            self.emit(mask, hull)
             children = []
             while ext:
                 low = ext & -ext

@@ -18,7 +18,11 @@ are solved once. A cycle cut that runs through several components merges them.
 Every heuristic's plan (greedy, xla, xla-fmha, tvm, inductor) enters the model: its
 groups are candidates even when the enumeration stopped before finding them, and
 the cheapest plan under the objective warm-starts each solve (a complete hint, and
-the incumbent it has to beat), so the plan is never costlier than any heuristic's. Every
+the incumbent it has to beat), so the plan is never costlier than any heuristic's.
+They are computed only once the enumeration has done about the work they cost
+(:data:`HEURISTIC_WORK_PER_OP`), or stopped unfinished; a graph enumerated sooner
+holds their groups among its candidates already, starts from one group per op, and
+falls back on them only if a solve ends unproven. Every
 budget counts work, not seconds: search states in the enumeration, CP-SAT's
 deterministic time in the solve, on one worker with a fixed seed. The same input
 and options give the same plan, status and bound on any machine under any load.
