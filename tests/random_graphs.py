@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from partitioner import load_graph
 
 KINDS = ("unary", "binary", "reduce", "normalize", "matmul", "siblings", "transpose", "reshape", "broadcast",
-         "slice", "concat", "custom", "gather")
+         "slice", "concat", "custom", "gather", "pool")
 
 
 @st.composite
@@ -100,6 +100,14 @@ def graph_specs(draw, max_ops: int = 8, empty: bool = False):
             add("slice", [src], shape[:-1] + (0,), attrs={"starts": [0], "ends": [0], "axes": [-1]})
         elif kind == "concat" and rank:
             add("concat", [src, src], (2 * shape[0],) + shape[1:], attrs={"axis": 0})
+        elif kind == "pool" and rank == 2 and min(shape) >= 2 and len(ops) <= max_ops - 3:
+            # a window op: 2 x 2, stride 2, over the rows and columns as one image, and back
+            half = (shape[0] // 2, shape[1] // 2)
+            image = add("reshape", [src], (1, 1) + shape, attrs={"shape": [1, 1, *shape]})
+            pooled = add(draw(st.sampled_from(["max_pool2d", "avg_pool2d"])), [image], (1, 1) + half,
+                         attrs={"kernel_shape": [2, 2], "strides": [2, 2]})
+            del pool[-2:]  # later ops read rank-2 values
+            add("reshape", [pooled], half, attrs={"shape": list(half)})
         elif kind == "custom":
             add("custom", [src], shape, attrs={"kind": "opaque"}, shape=list(shape), dtype=dtype)
         elif kind == "gather" and rank == 2 and (shape[0] or not m):  # no index fits an empty axis

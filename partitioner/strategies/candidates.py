@@ -11,7 +11,8 @@ grown from its first member ``v`` by adding neighbours that come after ``v`` and
 not adjacent to the set grown so far; every connected set is reached once. Each
 group kind is enumerated from its own anchor over its own universe of ops:
 
-* pointwise groups: from each pointwise op, over pointwise ops;
+* pointwise groups: from each pointwise op, over pointwise ops (elementwise,
+  broadcast, injective and window ops);
 * contraction groups: from each contraction, over it and pointwise ops;
 * reduction groups: from each reduction, over the reductions of the same
   signature that come after it and pointwise ops;
@@ -28,6 +29,11 @@ A branch of the search is cut only when no set in it can be legal:
 
 * the convex hull of the set breaks a hereditary rule
   (``legality.hereditary_violation``); every convex superset contains the hull;
+* the convex hull of the set holds a compute op the branch can no longer add (one
+  ESU has excluded from it, or outside the anchor's universe): every set of the
+  branch has that op in its hull and not as a member, so none is convex. (Only
+  those: a set that is not convex yet may still grow into one, so a branch is never
+  cut for that alone; the GELU prologue of a matmul has groups reached only so.)
 * the values the set produces that every set of the branch writes (*must-write*:
   a graph output, or read by an op the branch can no longer add) already break a
   rule of its kind that only grows with the group (``legality.written_violation``:
@@ -169,8 +175,10 @@ class _Search:
         self.checkpoint = checkpoint
         self.adj = neighbours(graph)
         classes = graph.class_masks
-        self.pointwise = classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
-        self.pointwise &= graph.compute_mask
+        # a window op (a pool) fuses as a pointwise kernel's op; the hereditary rules keep
+        # it out of contraction and reduction groups
+        self.pointwise = (classes.get("elementwise", 0) | classes.get("broadcast", 0) | classes.get("injective", 0)
+                          | classes.get("window", 0)) & graph.compute_mask
         self.hull_ok: dict[int, bool] = {}
         self.decided: dict[tuple, tuple[bool, int]] = {}  # Group.signature -> (legal, objective)
         self.leaking: dict[tuple[int, int], bool] = {}
