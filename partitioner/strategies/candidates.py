@@ -197,7 +197,10 @@ class _Search:
         self.work += 1
         ok = self.hull_ok.get(hull)
         if ok is None:
-            ok = self.hull_ok[hull] = hereditary_violation(self.graph, hull, self.max_ops) is None
+            # the op cap (a hereditary rule) first: a hull across layers fails it at a
+            # count, before the rules that analyse every pair of its contractions
+            ok = (hull & self.graph.compute_mask).bit_count() <= self.max_ops
+            ok = self.hull_ok[hull] = ok and hereditary_violation(self.graph, hull, self.max_ops) is None
         return ok
 
     def hull_with(self, mask: int, below: int, above: int, i: int) -> int:
@@ -359,6 +362,7 @@ class _Search:
         held = seed | reach
         region = bits(g.convex_hull(held))
         position = {i: k for k, i in enumerate(region)}
+        seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
         outside: dict[str, int] = {}
         ops = []
         for i in region:
@@ -367,8 +371,8 @@ class _Search:
                              for tensor, storage, key in g.operand_keys[i])
             readers = g.readers_of[i]
             inside = tuple(position[r] for r in bits(readers) if r in position)
-            role = (seed >> i & 1) + 2 * (reach >> i & 1)
-            near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
+            role = (i in seeds) + 2 * (i in reached)
+            near = tuple(position[j] for j in bits(self.adj[i]) if j in seeds or j in reached) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
                         near))
         self.work += len(region)
@@ -385,10 +389,16 @@ class _Search:
         emitted, mapped from its region onto the job's, at the same costs."""
         position = {i: k for k, i in enumerate(leader.region)}
         region = job.region
+        shift = region[0] - leader.region[0]
+        if shift < 0 or any(b - a != shift for a, b in zip(leader.region, region)):
+            shift = None  # not a translate (a repeated layer's region usually is: one shift maps a mask)
         for k in leader.found:
-            mask = 0
-            for i in bits(self.masks[k]):
-                mask |= 1 << region[position[i]]
+            if shift is None:
+                mask = 0
+                for i in bits(self.masks[k]):
+                    mask |= 1 << region[position[i]]
+            else:
+                mask = self.masks[k] << shift
             self.masks.append(mask)
             self.costs.append(self.costs[k])
             self.work += 1
