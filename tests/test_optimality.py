@@ -181,7 +181,7 @@ def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them
 
 def test_sets_convex_only_once_grown_are_found():
     """The tanh GELU prologue of a matmul: the search reaches some convex groups only
-    through sets that are not convex yet ({mm, mul, half, inner} holds the path
+    through sets that are not convex yet ({mm, gelu, half, inner} holds the path
     through ``scaled``, ``tanh`` and ``plus`` only once it grows them). It cuts a
     branch only when the hull holds a compute op the branch can no longer add; a
     search that cut every non-convex set would lose those groups."""

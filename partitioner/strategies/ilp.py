@@ -242,8 +242,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             shown = self.bound + self.bound_offset
             bound = display_value(shown, self.hw, self.kind) if self.bound > -math.inf else None
             best = None if self.best is None else display_value(self.best + self.offset, self.hw, self.kind)
-            self.report(self.phase, best, bound,
-                        now - self.start)
+            self.report(self.phase, best, bound, now - self.start)
 
 
 def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
