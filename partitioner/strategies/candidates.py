@@ -387,11 +387,11 @@ class _Search:
     def replay(self, job: _Job, leader: _Job) -> None:
         """Emits for ``job`` the candidates ``leader`` (a job of the same structure)
         emitted, mapped from its region onto the job's, at the same costs."""
-        position = {i: k for k, i in enumerate(leader.region)}
         region = job.region
         shift = region[0] - leader.region[0]
         if shift < 0 or any(b - a != shift for a, b in zip(leader.region, region)):
             shift = None  # not a translate (a repeated layer's region usually is: one shift maps a mask)
+            position = {i: k for k, i in enumerate(leader.region)}
         for k in leader.found:
             if shift is None:
                 mask = 0

@@ -394,6 +394,7 @@ class _WarmStart:
         self.seconds = 0.0  # wall time of the heuristics, for reports only
 
     def heuristics(self) -> None:
+        """Starts from the cheapest heuristic plan (computed once)."""
         if self.name not in (None, "none"):
             return
         begin = time.perf_counter()
