@@ -262,12 +262,24 @@ def op_executions(group: Group) -> dict[str, int]:
         for j in bits(below):
             part |= g.ancestors_mask[j] & group.mask
         covered |= part
-        mine = {w for w in written if (below | 1 << i) >> g.index[w] & 1}
-        for name, n in _executions(group, part, mine).items():
+        mine = frozenset(w for w in written if (below | 1 << i) >> g.index[w] & 1)
+        for name, n in _part_executions(group, part, mine).items():
             total[name] += n
     for name in g.names(group.mask & ~covered):  # in no product's part: computed if written
         total[name] = g.ops[name].out.numel if name in written else 0
     return total
+
+
+def _part_executions(group: Group, part: int, written: frozenset[str]) -> dict[str, int]:
+    """:func:`_executions` of one product's part of a horizontal group, memoised per
+    graph: the siblings' parts recur across the many horizontal groups of one family
+    (a part's counts read only its ops, what it writes, and the group's kind, always
+    ``contraction`` here, with no reduction stage)."""
+    memo = group.graph.cache.setdefault("part_executions", {})
+    key = (part, written)
+    if key not in memo:
+        memo[key] = _executions(group, part, set(written))
+    return memo[key]
 
 
 def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]:
@@ -962,7 +974,9 @@ def _words(dtype: str) -> int:
 
 
 def _peak_live_values(group: Group) -> int:
-    """Registers for values alive at once, walking the group's ops in order."""
+    """Registers for values alive at once, walking the group's ops in order: a value is
+    live from its first use (an outside value) or its op (a member's) through its last
+    use in the group (a member's value nothing in the group reads, at its op only)."""
     g = group.graph
     members = {op.name for op in group.compute}
     last_use: dict[str, int] = {}
@@ -970,16 +984,21 @@ def _peak_live_values(group: Group) -> int:
         for t in op.tensor_inputs:
             last_use[g.storage[t]] = position
     live: dict[str, int] = {}
-    peak = 0
+    ending: dict[int, list[str]] = {}  # position -> values whose last use it is
+    total = peak = 0
     for position, op in enumerate(group.compute):
         for t in op.tensor_inputs:
             base = g.storage[t]
-            if base not in members:
-                live.setdefault(base, _words(g.tensor(base).dtype))
+            if base not in members and base not in live:
+                live[base] = _words(g.tensor(base).dtype)
+                total += live[base]
+                ending.setdefault(last_use[base], []).append(base)
         live[op.name] = _words(op.out.dtype)
-        peak = max(peak, sum(live.values()))
-        for base in [b for b in live if last_use.get(b, -1) <= position]:
-            del live[base]
+        total += live[op.name]
+        ending.setdefault(max(position, last_use.get(op.name, -1)), []).append(op.name)
+        peak = max(peak, total)
+        for base in ending.pop(position, ()):
+            total -= live.pop(base)
     return peak
 
 
