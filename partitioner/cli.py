@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="what the ilp minimises: time (modelled roofline time: launches plus the larger of "
                    "memory and compute time; the default), traffic (launches and bytes only) or energy "
                    "(modelled joules)")
+    p.add_argument("--recompute", action="store_true",
+                   help="let the ilp recompute masks, position ids and RoPE tables (elementwise and layout ops of "
+                   "the graph inputs alone) in every group that reads them, instead of writing them once: exact "
+                   "over those coverings too; slower")
     p.add_argument("--max-ops", type=int, default=DEFAULT_MAX_OPS, metavar="N",
                    help=f"cap on ops per group (default {DEFAULT_MAX_OPS})")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
@@ -123,7 +127,7 @@ def _explain(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     names = (args.strategy,) if args.strategy else ("none", *HEURISTICS, "ilp")
     progress = _progress_printer(UNITS[args.objective])
-    plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective)
+    plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective, args.recompute)
     a, b = args.explain
     answers = [explain(plan, a, b) for plan in plans]
     if args.format == "json":
@@ -154,11 +158,12 @@ def _run(args: argparse.Namespace) -> int:
             names = ("none", *HEURISTICS, "ilp") if args.compare else ("none", "greedy", "ilp")
             if args.strategy not in names:
                 names = (*names, args.strategy)
-            plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective)
+            plans = compare(graph, hw, names, args.time_limit, args.max_ops, progress, args.objective, args.recompute)
             plan = next(p for p in plans if p.strategy == args.strategy)
         else:
             plans = None
-            plan = partition(graph, args.strategy, hw, args.time_limit, args.max_ops, progress, args.objective)
+            plan = partition(graph, args.strategy, hw, args.time_limit, args.max_ops, progress, args.objective,
+                             args.recompute)
     finally:
         if progress is not None:
             sys.stderr.write("\r\033[K")

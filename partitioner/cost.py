@@ -5,7 +5,8 @@ For a fusion group ``G`` (all figures *modelled*, none measured):
 * ``bytes_read``: each distinct storage that ops in ``G`` read and that ``G`` does
   not produce, counted once (literals are free; a view shares its input's bytes);
 * ``bytes_written``: each storage produced in ``G`` that is a graph output or is
-  read by an op outside ``G``;
+  read by an op outside ``G``, less those ``G`` recomputes (``Group.recomputed``:
+  other groups compute them too, and none writes them);
 * ``launches``: 1, or 0 for a group made only of views or only of empty results
   (which also reads nothing);
 * ``flops``: each op's FLOP per result element times the elements the kernel

@@ -137,7 +137,8 @@ def _legend(plan: Plan, dot, kernels: bool) -> None:
 
 def _kernel_view(plan: Plan, dot) -> None:
     g = plan.graph
-    owner = {name: k for k, group in enumerate(plan.cost.groups) for name in group.ops}
+    owner = {name: k for k, group in enumerate(plan.cost.groups) for name in group.ops
+             if not group.group.recomputed >> g.index[name] & 1}  # a recomputed value passes between none
     for k, group in enumerate(plan.cost.groups):
         if group.kind != "view":
             ops = group.ops[0] if len(group.ops) == 1 else f"{group.ops[0]} ... {group.ops[-1]} ({len(group.ops)} ops)"
@@ -154,39 +155,53 @@ def _kernel_view(plan: Plan, dot) -> None:
 
 def _op_view(plan: Plan, dot) -> None:
     g = plan.graph
-    node = {name: f"op{i}" for name, i in g.index.items()}  # plain ids: ':' in a DOT id means a port
-    owner: dict[str, int] = {}
-    outputs = g.output_storages
+    holders: dict[str, list[int]] = {}
     for k, group in enumerate(plan.cost.groups):
         for name in group.ops:
-            owner[name] = k
+            holders.setdefault(name, []).append(k)
+
+    def node(name: str, k: int) -> str:
+        """A plain id (':' in a DOT id means a port); a recomputed op has one per copy."""
+        i = g.index[name]
+        return f"op{i}" if len(holders[name]) == 1 else f"op{i}g{k}"
+
+    outputs = g.output_storages
+    for k, group in enumerate(plan.cost.groups):
         if group.kind == "view":
             for name in group.ops:
-                dot.node(node[name], name, fontsize="7", fontcolor="#777777", color="#bbbbbb", height="0.2")
+                dot.node(node(name, k), name, fontsize="7", fontcolor="#777777", color="#bbbbbb", height="0.2")
             continue
         with dot.subgraph(name=f"cluster_{k}") as cluster:
             cluster.attr(label=_label(k, group), style="filled,rounded",
                          fillcolor=KIND_COLOURS.get(group.kind, "#eeeeee"), color="#888888", fontsize="10")
             for name in group.ops:
                 op = g.ops[name]
+                again = "\n(recomputed)" if len(holders[name]) > 1 else ""
                 if op.is_view:
-                    cluster.node(node[name], name, fontsize="7", fontcolor="#777777", color="#bbbbbb", height="0.2")
+                    cluster.node(node(name, k), name + again, fontsize="7", fontcolor="#777777", color="#bbbbbb",
+                                 height="0.2")
                 else:
-                    cluster.node(node[name], f"{name}\n{op.kind}", peripheries="2" if name in outputs else "1")
+                    cluster.node(node(name, k), f"{name}\n{op.kind}{again}",
+                                 peripheries="2" if name in outputs else "1")
     for k, (name, tensor) in enumerate(g.inputs.items()):
         if g.consumers.get(name):
             dot.node(f"in{k}", f"{name}\n{list(tensor.shape)}", shape="ellipse", style="filled",
                      fillcolor="#f3f4f6", color="#9ca3af", fontsize="8")
             for reader in g.consumers[name]:
                 label = "" if g.ops[reader].is_view else _mb(tensor.nbytes)
-                dot.edge(f"in{k}", node[reader], label=label, color="#9ca3af")
+                for kr in holders[reader]:
+                    dot.edge(f"in{k}", node(reader, kr), label=label, color="#9ca3af")
     for u, v, data in g.dag.edges(data=True):
-        if owner[u] == owner[v]:
-            dot.edge(node[u], node[v])
-        elif plan.cost.groups[owner[v]].kind == "view":
-            dot.edge(node[u], node[v], style="dashed", color="#aaaaaa")  # a free view: no traffic of its own
-        else:
-            dot.edge(node[u], node[v], label=_mb(data["bytes"]), color="#c2410c", fontcolor="#c2410c", penwidth="1.4")
+        for kv in holders[v]:
+            # a recomputed value is computed where it is read; any other comes from its one group
+            ku = kv if kv in holders[u] else holders[u][0]
+            if ku == kv:
+                dot.edge(node(u, ku), node(v, kv))
+            elif plan.cost.groups[kv].kind == "view":
+                dot.edge(node(u, ku), node(v, kv), style="dashed", color="#aaaaaa")  # a free view: no traffic
+            else:
+                dot.edge(node(u, ku), node(v, kv), label=_mb(data["bytes"]), color="#c2410c", fontcolor="#c2410c",
+                         penwidth="1.4")
 
 
 def check_can_draw(path: str | Path) -> None:

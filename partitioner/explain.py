@@ -105,7 +105,7 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     if ka == kb:
         return Explanation(plan.strategy, "together", (ka, kb), message=f"both in group {ka} ({groups[ka].kind})")
     merged_ids = _between(g, groups, owner, ka, kb)
-    merged = Group(g, sum(groups[k].mask for k in merged_ids))
+    merged = Group(g, _union(groups, merged_ids))
     decision = decide(merged, plan.hardware, plan.max_ops)
     if not decision.accepted:
         return Explanation(plan.strategy, "illegal", (ka, kb), decision.reason, decision.message,
@@ -125,12 +125,20 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
                        delta_us=delta)
 
 
+def _union(groups: list[Group], ids) -> int:
+    """The ops of the groups ``ids`` (a recomputed op may be in several)."""
+    mask = 0
+    for k in ids:
+        mask |= groups[k].mask
+    return mask
+
+
 def _between(g, groups: list[Group], owner: dict[str, int], ka: int, kb: int) -> set[int]:
     """The fewest whole groups that hold ``ka`` and ``kb`` and form a convex set: the two,
     and every group an op on a path between their ops belongs to, until none is left."""
     ids = {ka, kb}
     while True:
-        mask = sum(groups[k].mask for k in ids)
+        mask = _union(groups, ids)
         grown = ids | {owner[name] for name in g.names(g.convex_hull(mask) & ~mask)}
         if grown == ids:
             return ids

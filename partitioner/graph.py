@@ -355,18 +355,62 @@ class Graph:
             mask >>= low
         return out
 
-    def convex_hull(self, mask: int) -> int:
+    def convex_hull(self, mask: int, recomputed: int = 0) -> int:
         """The smallest convex superset of ``mask``: the set plus every op on a path
-        between two of its members."""
+        between two of its members. A path that leaves a ``recomputed`` member (or a
+        view of one) does not count, but for the views on it: the member's readers
+        outside recompute it (``recomputable_mask``), so they need nothing of this
+        group."""
         below = above = 0
         rest = mask
         while rest:
             low = rest & -rest
             i = low.bit_length() - 1
-            below |= self.descendants_mask[i]
+            base = self.base_index[i]
+            below |= self.view_closure[i] if base >= 0 and recomputed >> base & 1 else self.descendants_mask[i]
             above |= self.ancestors_mask[i]
             rest ^= low
         return mask | (below & above)
+
+    @cached_property
+    def base_index(self) -> tuple[int, ...]:
+        """Per op index, the index of the op whose storage its result is (itself, or
+        for a view the op it views), or -1 for a view of a graph input."""
+        return tuple(self.index.get(self.storage[name], -1) for name in self.order)
+
+    @cached_property
+    def view_closure(self) -> tuple[int, ...]:
+        """Per op index, a bitset of the views reachable from it through views alone."""
+        masks = [0] * len(self.ops)
+        for i in reversed(range(len(self.order))):
+            for succ in self.dag.successors(self.order[i]):
+                j = self.index[succ]
+                if self.ops[succ].is_view:
+                    masks[i] |= masks[j] | (1 << j)
+        return tuple(masks)
+
+    @cached_property
+    def recomputable_mask(self) -> int:
+        """Bitset of the compute ops a plan may compute in more than one group
+        (recomputation; ``docs/legality.md``): elementwise, broadcast and layout ops
+        whose value is not a graph output, whose compute producers are recomputable
+        too, so that each is a function of graph inputs and literals alone (masks,
+        position ids, RoPE tables, casts of parameters), and that feed, themselves or
+        through others of them, a value two or more ops read: recomputing a value that
+        one op reads saves nothing."""
+        derived = 0
+        for i, name in enumerate(self.order):
+            op = self.ops[name]
+            if op.is_view or op.op_class not in ("elementwise", "broadcast", "injective"):
+                continue
+            producers = (self.index.get(self.storage[t], -1) for t in op.tensor_inputs)
+            if name not in self.output_storages and all(p < 0 or derived >> p & 1 for p in producers):
+                derived |= 1 << i
+        shared = 0
+        for i in bits(derived):
+            if self.readers_of[i].bit_count() > 1:
+                shared |= 1 << i | self.ancestors_mask[i]
+        return derived & shared
 
     @cached_property
     def dead_ops(self) -> tuple[str, ...]:

@@ -33,17 +33,20 @@ class Group:
             graph inputs), each once; ``bytes_read`` counts the bytes of them its
             ops touch.
         writes: storages produced in the group that are graph outputs or read by an
-            op outside it.
+            op outside it, less the ``recomputed`` ones.
         sinks: storages produced in the group that nothing in it reads and that are
             not written (dead values).
     """
 
     graph: Graph
     mask: int
+    #: members that other groups of the plan compute too (``Graph.recomputable_mask``):
+    #: never written, since every group that reads one computes it.
+    recomputed: int = 0
 
     @classmethod
-    def of(cls, graph: Graph, ops) -> "Group":
-        return cls(graph, graph.mask(ops))
+    def of(cls, graph: Graph, ops, recomputed=()) -> "Group":
+        return cls(graph, graph.mask(ops), graph.mask(recomputed))
 
     @cached_property
     def ops(self) -> tuple[str, ...]:
@@ -70,7 +73,7 @@ class Group:
                              else (outside.setdefault(storage, len(outside)), key)
                              for tensor, storage, key in g.operand_keys[i])
             readers = g.readers_of[i]
-            written = g.writes_out[i] or readers != readers & mask
+            written = (g.writes_out[i] or readers != readers & mask) and not self.recomputed >> i & 1
             out.append((g.op_keys[i], operands, written))
         return tuple(out)
 
@@ -136,7 +139,8 @@ class Group:
         return tuple(
             op.name
             for op in self.compute
-            if op.name in g.output_storages or g.storage_readers.get(op.name, 0) & ~self.mask
+            if (op.name in g.output_storages or g.storage_readers.get(op.name, 0) & ~self.mask)
+            and not self.recomputed >> g.index[op.name] & 1
         )
 
     @cached_property

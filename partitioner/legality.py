@@ -85,7 +85,7 @@ def _check_connected(group: Group) -> None:
 
 def _check_convex(group: Group) -> None:
     g = group.graph
-    outside = g.convex_hull(group.mask) & ~group.mask
+    outside = g.convex_hull(group.mask, group.recomputed) & ~group.mask
     if not outside:
         return
     via = g.names(outside & -outside)[0]
@@ -574,18 +574,34 @@ def is_legal(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> bool
     return decide(group, hw, max_ops).accepted
 
 
-def check_partition(graph: Graph, groups: list[list[str]]) -> None:
-    """Raise :class:`IllegalPlan` unless ``groups`` covers every op exactly once."""
+def check_covering(graph: Graph, groups: list[list[str]]) -> int:
+    """Raise :class:`IllegalPlan` unless ``groups`` covers every op, each once but
+    for recomputed ones; return the bitset of the recomputed ops (those in two or
+    more groups).
+
+    An op may be in several groups only if it is recomputable
+    (``Graph.recomputable_mask``, or a view of such an op); then it is recomputed:
+    no group writes it, so every group that holds a reader of it holds it too, and
+    every group that holds it holds its producers (recomputed too, back to the graph
+    inputs). So which values a group writes never depends on the other groups."""
     seen: dict[str, int] = {}
+    recomputed = 0
     for k, ops in enumerate(groups):
         if not ops:
             raise IllegalPlan("partition.empty_group", f"group {k} has no ops")
+        if len(set(ops)) < len(ops):
+            twice = next(name for name in ops if ops.count(name) > 1)
+            raise IllegalPlan("partition.duplicate", f"'{twice}' is twice in group {k}", (twice,))
         for name in ops:
             if name not in graph.ops:
                 raise IllegalPlan("partition.unknown_op", f"'{name}' is not an op of the graph", (name,))
             if name in seen:
-                raise IllegalPlan("partition.duplicate", f"'{name}' is in groups {seen[name]} and {k}", (name,))
-            seen[name] = k
+                base = graph.base_index[graph.index[name]]
+                if base < 0 or not graph.recomputable_mask >> base & 1:
+                    raise IllegalPlan("partition.duplicate", f"'{name}' is in groups {seen[name]} and {k}; only "
+                                      "recomputable ops may be computed twice", (name,))
+                recomputed |= 1 << graph.index[name]
+            seen.setdefault(name, k)
     missing = [name for name in graph.ops if name not in seen]
     if missing:
         raise IllegalPlan(
@@ -593,16 +609,55 @@ def check_partition(graph: Graph, groups: list[list[str]]) -> None:
             f"{len(missing)} op(s) in no group: {', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''}",
             tuple(missing),
         )
+    if recomputed:
+        _check_recomputation(graph, [graph.mask(ops) for ops in groups], recomputed)
+    return recomputed
 
 
-def check_acyclic(graph: Graph, groups: list[Group]) -> None:
-    """Raise ``plan.cycle`` if the groups, as nodes, depend on each other in a cycle."""
-    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
+def _check_recomputation(graph: Graph, masks: list[int], recomputed: int) -> None:
+    """The rules of recomputed ops (:func:`check_covering`)."""
+    g = graph
+    for k, mask in enumerate(masks):
+        for i in bits(mask & recomputed):
+            producers = g.mask(t for t in g.ops[g.order[i]].tensor_inputs if t in g.ops)
+            if producers & ~mask:
+                missing = g.names(producers & ~mask)[0]
+                raise IllegalPlan("recompute.producer", f"group {k} recomputes '{g.order[i]}' but not its "
+                                  f"operand '{missing}'", (g.order[i], missing))
+        for i in bits(recomputed & g.compute_mask & ~mask):
+            readers = g.readers_of[i] & mask
+            if readers:
+                reader = g.names(readers & -readers)[0]
+                raise IllegalPlan("recompute.reader", f"'{reader}' in group {k} reads '{g.order[i]}', which is "
+                                  "recomputed and never written, but the group does not recompute it",
+                                  (reader, g.order[i]))
+
+
+def dependencies(graph: Graph, groups: list[Group]) -> nx.DiGraph:
+    """The groups (by position) and their dependencies: an edge from the group that
+    computes a value to each other group that reads it. A recomputed value makes
+    none (each group that reads it computes it)."""
+    owner: dict[str, int] = {}
+    for k, group in enumerate(groups):
+        for name in group.ops:
+            if not group.recomputed >> graph.index[name] & 1:
+                owner[name] = k
+    holders: dict[str, list[int]] = {}
+    for k, group in enumerate(groups):
+        for name in group.ops:
+            holders.setdefault(name, []).append(k)
     quotient = nx.DiGraph()
     quotient.add_nodes_from(range(len(groups)))
     for u, v in graph.dag.edges:
-        if owner[u] != owner[v]:
-            quotient.add_edge(owner[u], owner[v])
+        if u in owner:
+            quotient.add_edges_from((owner[u], k) for k in holders[v] if k != owner[u])
+    return quotient
+
+
+def check_acyclic(graph: Graph, groups: list[Group]) -> None:
+    """Raise ``plan.cycle`` if the groups, as nodes, depend on each other in a cycle
+    (:func:`dependencies`)."""
+    quotient = dependencies(graph, groups)
     if nx.is_directed_acyclic_graph(quotient):  # find_cycle alone restarts from every source
         return
     cycle = nx.find_cycle(quotient)

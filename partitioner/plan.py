@@ -11,7 +11,7 @@ from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
-from .legality import check_acyclic, check_group, check_partition
+from .legality import check_acyclic, check_covering, check_group, dependencies
 
 
 @dataclass(frozen=True)
@@ -74,19 +74,19 @@ class PlanCost:
 
 def _launch_order(graph: Graph, groups: list[Group]) -> list[Group]:
     """Groups sorted into a topological order of their dependencies (ties by first op)."""
-    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
-    quotient = nx.DiGraph()
-    quotient.add_nodes_from(range(len(groups)))
-    quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
-    order = nx.lexicographical_topological_sort(quotient, key=lambda k: graph.index[groups[k].ops[0]])
+    order = nx.lexicographical_topological_sort(dependencies(graph, groups),
+                                                key=lambda k: graph.index[groups[k].ops[0]])
     return [groups[k] for k in order]
 
 
 def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "h100",
              max_ops: int = DEFAULT_MAX_OPS) -> PlanCost:
-    """Check ANY partition of ``graph`` and return its modelled cost.
+    """Check ANY plan of ``graph`` and return its modelled cost.
 
-    The single judge of plans: every strategy's plan passes through it.
+    The single judge of plans: every strategy's plan passes through it. A plan is a
+    partition of the ops into groups, except that a recomputable op may be in
+    several groups: then each of them computes it and none writes it
+    (``legality.check_covering``).
 
     Parameters
     ----------
@@ -125,8 +125,8 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     partitioner.errors.IllegalPlan: [contraction.multiple] 'h:matmul' and 'y:matmul' are both contractions and no softmax lies between them
     """
     hw = load_hardware(hardware)
-    check_partition(graph, groups)
-    members = [Group.of(graph, ops) for ops in groups]
+    recomputed = check_covering(graph, groups)
+    members = [Group(graph, mask, mask & recomputed) for mask in map(graph.mask, groups)]
     for group in members:
         check_group(group, hw, max_ops)
     check_acyclic(graph, members)
@@ -189,6 +189,7 @@ class Plan:
             "groups": [
                 {
                     "ops": list(g.ops),
+                    "recomputed": self.graph.names(g.group.recomputed),
                     "kind": g.kind,
                     "bytes_read": g.bytes_read,
                     "bytes_written": g.bytes_written,

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from partitioner import IllegalPlan, PROFILES, evaluate, load_graph, partition
 from partitioner.attention import pairs, structure
 from partitioner.cost import group_cost
+from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import check_acyclic, check_group
 from partitioner.strategies.base import group_of
@@ -239,17 +240,85 @@ def convex_groups(graph):
                 yield group
 
 
-def legal_groups(graph):
-    """Every legal group of ``graph`` by brute force over all subsets of its ops
-    (with legality alone), as compute-op masks."""
-    found = set()
-    for group in convex_groups(graph):
-        try:
-            check_group(group, H100)
-        except IllegalPlan:
-            continue
-        found.add(group.compute_mask)
-    return found
+def legal_variants(graph, hw=H100, recompute=True):
+    """Every legal group of ``graph`` by brute force over all subsets of its compute
+    ops and every choice of the recomputable members it recomputes (each with its
+    producers, all held), whose hull (``Graph.convex_hull`` less the paths out of
+    them) takes in no other compute op; as Groups. Without ``recompute``, the groups
+    that recompute nothing."""
+    g = graph
+    compute = bits(g.compute_mask)
+    for size in range(1, len(compute) + 1):
+        for members in itertools.combinations(compute, size):
+            mask = sum(1 << i for i in members)
+            able = [i for i in members if recompute and g.recomputable_mask >> i & 1]
+            for r in range(len(able) + 1):
+                for chosen in itertools.combinations(able, r):
+                    recomputed = sum(1 << i for i in chosen)
+                    if any(g.ancestors_mask[i] & g.compute_mask & ~recomputed for i in chosen):
+                        continue  # a recomputed op's producers are recomputed too
+                    hull = g.convex_hull(mask, recomputed)
+                    if hull & g.compute_mask != mask:
+                        continue
+                    group = Group(g, hull, recomputed)
+                    try:
+                        check_group(group, hw)
+                    except IllegalPlan:
+                        continue
+                    yield group
+
+
+def legal_groups(graph, recompute=True):
+    """Every legal group of ``graph`` by brute force (:func:`legal_variants`), as
+    (compute-op mask, values written) pairs: recomputing a member nothing outside
+    reads changes nothing."""
+    return {(group.compute_mask, frozenset(group.writes)) for group in legal_variants(graph, recompute=recompute)}
+
+
+def found_groups(graph, found):
+    """The enumeration's candidates as :func:`legal_groups` pairs, in its order."""
+    return [(mask, frozenset(Group(graph, graph.convex_hull(mask, r), r).writes))
+            for mask, r in zip(found.masks, found.recomputed)]
+
+
+def best_covering(graph, hw=H100, kinds=("time",), recompute=True) -> dict:
+    """Objective -> the least exact integer objective (``cost.objective``) of any
+    legal plan of ``graph``, partition or covering (an op in several groups is
+    recomputed), by brute force independent of the ILP: every way of covering the
+    ops with legal groups (:func:`legal_variants`) and views alone, each group
+    taken to cover an op no earlier one holds and overlapping them only on
+    recomputable ops, judged by ``evaluate``. Without ``recompute``, partitions only."""
+    g = graph
+    lowest: dict[int, int] = {}  # group ops -> its least time objective (a bound: fewer writes cost less)
+    for group in legal_variants(g, hw, recompute):
+        cost = objective(group, hw, "time")
+        lowest[group.mask] = min(lowest.get(group.mask, cost), cost)
+    for i in bits(((1 << len(g.ops)) - 1) & ~g.compute_mask):
+        lowest[1 << i] = 0
+    dup = sum(1 << i for i, base in enumerate(g.base_index)
+              if recompute and base >= 0 and g.recomputable_mask >> base & 1)
+    by_op = {i: sorted(m for m in lowest if m >> i & 1) for i in range(len(g.ops))}
+    full = (1 << len(g.ops)) - 1
+    best = dict.fromkeys(kinds, math.inf)
+
+    def cover(covered: int, chosen: list[int], floor: int) -> None:
+        if covered == full:
+            try:
+                cost = evaluate(g, [g.names(m) for m in chosen], hw)
+            except IllegalPlan:
+                return
+            for kind in kinds:
+                best[kind] = min(best[kind], sum(objective(c.group, hw, kind) for c in cost.groups))
+            return
+        if kinds == ("time",) and floor >= best["time"]:
+            return
+        first = (~covered & full & -(~covered & full)).bit_length() - 1
+        for m in by_op[first]:
+            if not m & covered & ~dup:
+                cover(covered | m, chosen + [m], floor + lowest[m])
+
+    cover(0, [], 0)
+    return best
 
 
 SMALL = [
@@ -263,49 +332,11 @@ SMALL = [
 @pytest.mark.parametrize("spec", SMALL, ids=["causal", "gqa_primitives", "mask_epilogue_probs", "safe_probs"])
 def test_enumeration_finds_every_legal_attention_group_once(spec):
     g = attention(**spec)
-    found = enumerate_candidates(g, H100, 64)
-    assert found.complete and len(found.masks) == len(set(found.masks))
-    assert set(found.masks) == legal_groups(g)
+    found = enumerate_candidates(g, H100, 64, recompute=True)
+    pairs = found_groups(g, found)
+    assert found.complete and len(pairs) == len(set(pairs))
+    assert set(pairs) == legal_groups(g)
     assert any(group_of(g, mask).kind == "attention" for mask in found.masks)
-
-
-def best_partition(graph):
-    """The least exact integer time objective (``cost.objective``) over every
-    partition of ``graph`` into legal groups, by exact cover over all legal subsets
-    (brute force, independent of the ILP)."""
-    ops = list(graph.ops)
-    legal = []
-    for size in range(1, len(ops) + 1):
-        for members in itertools.combinations(ops, size):
-            group = Group.of(graph, members)
-            try:
-                check_group(group, H100)
-            except IllegalPlan:
-                continue
-            legal.append((group, objective(group, H100)))
-    by_first = {}
-    for group, time in legal:
-        by_first.setdefault(group.ops[0], []).append((group, time))
-    best = math.inf
-
-    def cover(left: set, chosen: list, time: float):
-        nonlocal best
-        if time >= best:
-            return
-        if not left:
-            try:
-                check_acyclic(graph, chosen)
-            except IllegalPlan:
-                return
-            best = time
-            return
-        first = min(left, key=graph.index.__getitem__)
-        for group, cost in by_first.get(first, ()):
-            if set(group.ops) <= left:
-                cover(left - set(group.ops), chosen + [group], time + cost)
-
-    cover(set(ops), [], 0)
-    return best
 
 
 @st.composite
@@ -328,7 +359,7 @@ def test_ilp_equals_brute_force_on_attention_graphs(spec):
     g = attention(**spec)
     plan = partition(g, "ilp")
     assert plan.solver.status == "OPTIMAL"
-    best = best_partition(g)
+    best = best_covering(g, recompute=False)["time"]
     assert sum(objective(c.group, H100) for c in plan.cost.groups) == best
     # the fallback bound (used when the enumeration stops early) stays a lower bound
     assert structural_bound(g, H100, 64) <= best

@@ -20,6 +20,7 @@ from partitioner.strategies.candidates import enumerate_candidates
 
 from .conftest import ROOT, make_graph, op
 from .test_cuda_emulated import check
+from .test_attention import found_groups
 from .test_optimality import assert_ilp_exact, legal_groups
 
 H100 = load_hardware("h100")
@@ -102,7 +103,7 @@ def test_the_ilp_equals_the_brute_force_over_plans_with_siblings(dtype):
     g = qkv(dtype=dtype, m=512, k=256, n=(256, 128, 64))
     assert_ilp_exact(g)
     found = enumerate_candidates(g, H100, 64)
-    assert found.complete and set(found.masks) == legal_groups(g)
+    assert found.complete and set(found_groups(g, found)) == legal_groups(g, False)
     plan = partition(g, "ilp")
     assert any(sum(o in ops for o in ("q", "kk", "v")) > 1 for ops in plan.groups), plan.groups
 

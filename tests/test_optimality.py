@@ -1,8 +1,9 @@
 """The ILP is exact: on random small graphs its plan costs what the best of ALL
-partitions costs, found by enumerating every partition through ``evaluate``, under
-each objective (modelled time, traffic time, energy), compared as the exact
-integers the ILP minimises. A profile with a thousandth of the H100's FLOP rate
-makes compute, and so recomputation, decide plans."""
+legal plans costs (partitions, and coverings that recompute ops in several
+groups), found by brute force through ``evaluate``, under each objective (modelled
+time, traffic time, energy), compared as the exact integers the ILP minimises. A
+profile with a thousandth of the H100's FLOP rate makes compute, and so
+recomputation, decide plans."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
 from .random_graphs import repeated_graphs, small_graphs
-from .test_attention import convex_groups, legal_groups
+from .test_attention import best_covering, convex_groups, found_groups, legal_groups
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100")
@@ -33,34 +34,16 @@ SLOW = dataclasses.replace(H100, name="slow", peak_fp32_tflops=0.067, peak_fp64_
                            peak_fp16_tensor_tflops=0.9895, peak_bf16_tensor_tflops=0.9895)
 
 
-def set_partitions(items):
-    """Every partition of ``items`` into non-empty blocks (Bell(n) of them)."""
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for part in set_partitions(rest):
-        yield [[first], *part]
-        for k in range(len(part)):
-            yield [*part[:k], [first, *part[k]], *part[k + 1:]]
-
-
 def plan_objective(plan_cost, hw, kind: str) -> int:
     """The exact integer the ILP minimises, for a priced plan."""
     return sum(objective(c.group, hw, kind) for c in plan_cost.groups)
 
 
-def brute_force_minima(graph, hw=H100) -> dict[str, int]:
-    """Objective -> the least exact integer objective of any legal partition."""
-    best = {kind: math.inf for kind in OBJECTIVES}
-    for groups in set_partitions(list(graph.ops)):
-        try:
-            cost = evaluate(graph, groups, hw)
-        except IllegalPlan:
-            continue
-        for kind in OBJECTIVES:
-            best[kind] = min(best[kind], plan_objective(cost, hw, kind))
-    return best
+def brute_force_minima(graph, hw=H100, recompute=False) -> dict[str, int]:
+    """Objective -> the least exact integer objective of any legal partition, or with
+    ``recompute`` of any legal plan, partition or covering with recomputed ops
+    (``test_attention.best_covering``)."""
+    return best_covering(graph, hw, OBJECTIVES, recompute)
 
 
 def brute_force_minimum(graph, hw=H100) -> float:
@@ -68,21 +51,18 @@ def brute_force_minimum(graph, hw=H100) -> float:
     return display_value(brute_force_minima(graph, hw)["time"], hw, "time")
 
 
-def assert_ilp_exact(graph, hw=H100) -> dict[str, int]:
+def assert_ilp_exact(graph, hw=H100, recompute=False) -> dict[str, int]:
     """The ilp plan of every objective costs the brute-force minimum, exactly, and
-    its bound lies below it. Returns the minima."""
-    best = brute_force_minima(graph, hw)
+    its bound lies below it (over partitions, or with ``recompute`` over coverings
+    too). Returns the minima."""
+    best = brute_force_minima(graph, hw, recompute)
     for kind in OBJECTIVES:
-        plan = partition(graph, "ilp", hw, objective=kind)
+        plan = partition(graph, "ilp", hw, objective=kind, recompute=recompute)
         assert plan.solver.status == "OPTIMAL", kind
         assert plan_objective(plan.cost, hw, kind) == best[kind], kind
         assert plan.solver.bound <= plan.cost.value(kind) * (1 + 1e-12)
-        assert structural_bound(graph, hw, 64, kind) <= best[kind], kind
+        assert structural_bound(graph, hw, 64, kind, recompute) <= best[kind], kind
     return best
-
-
-def test_set_partitions_counts_bell_numbers():
-    assert [sum(1 for _ in set_partitions(list(range(n)))) for n in range(7)] == [1, 1, 2, 5, 15, 52, 203]
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -99,6 +79,14 @@ def test_ilp_equals_brute_force_when_compute_decides(graph):
     assert_ilp_exact(graph, SLOW)
 
 
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=6), st.sampled_from([H100, SLOW]))
+def test_ilp_with_recomputation_equals_brute_force_over_coverings(graph, hw):
+    """With ``recompute`` the plans are coverings too: an op of the graph inputs alone
+    may be computed by every group that reads it (``legality.check_covering``)."""
+    assert_ilp_exact(graph, hw, recompute=True)
+
+
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(small_graphs(max_ops=8))
 def test_ilp_equals_brute_force_at_8_ops(graph):
@@ -106,15 +94,18 @@ def test_ilp_equals_brute_force_at_8_ops(graph):
     assert plan_objective(plan.cost, H100, "time") == brute_force_minima(graph)["time"]
 
 
+@pytest.mark.parametrize("recompute", [False, True])
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(small_graphs(max_ops=8))
-def test_enumeration_finds_every_legal_group_once(graph):
+def test_enumeration_finds_every_legal_group_once(recompute, graph):
     """The candidates are exactly the legal groups found by brute force over every
-    subset; every pruning rule of the search (hereditary hulls, must-writes, leaking
-    pointwise members) is checked by this."""
-    found = enumerate_candidates(graph, H100, 64)
-    assert found.complete and len(found.masks) == len(set(found.masks))
-    assert set(found.masks) == legal_groups(graph)
+    subset (and with ``recompute`` every choice of members recomputed); every
+    pruning rule of the search (hereditary hulls, must-writes, leaking pointwise
+    members) is checked by this."""
+    found = enumerate_candidates(graph, H100, 64, recompute=recompute)
+    pairs = found_groups(graph, found)
+    assert found.complete and len(pairs) == len(set(pairs))
+    assert set(pairs) == legal_groups(graph, recompute)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -133,16 +124,18 @@ def test_groups_with_one_signature_are_equally_legal_and_cost_the_same(graph):
         assert seen.setdefault(group.signature, verdict) == verdict, group.ops
 
 
+@pytest.mark.parametrize("recompute", [False, True])
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([(4, 2), (3, 3)]).flatmap(lambda shape: repeated_graphs(*shape)))
-def test_repeated_blocks_are_searched_once_and_every_legal_group_is_found(graph):
+def test_repeated_blocks_are_searched_once_and_every_legal_group_is_found(recompute, graph):
     """Copies of one random block, chained or siblings of one input: the anchors of a
     copy whose search has the structure of an earlier one's take its candidates
     mapped over instead of searching, and the candidates are still exactly the legal
     groups found by brute force over every subset."""
-    found = enumerate_candidates(graph, H100, 64)
-    assert found.complete and len(found.masks) == len(set(found.masks))
-    assert set(found.masks) == legal_groups(graph)
+    found = enumerate_candidates(graph, H100, 64, recompute=recompute)
+    pairs = found_groups(graph, found)
+    assert found.complete and len(pairs) == len(set(pairs))
+    assert set(pairs) == legal_groups(graph, recompute)
 
 
 def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them(monkeypatch):
@@ -156,9 +149,9 @@ def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them
 
     graph = load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
     fast = enumerate_candidates(graph, H100, 64)
-    for mask, cost in zip(fast.masks, fast.costs):
-        assert cost == objective(Group(graph, graph.convex_hull(mask)), H100, "time")
-    signatures = {Group(graph, graph.convex_hull(mask)).signature for mask in fast.masks}
+    for mask, cost, r in zip(fast.masks, fast.costs, fast.recomputed):
+        assert cost == objective(Group(graph, graph.convex_hull(mask, r), r), H100, "time")
+    signatures = {Group(graph, graph.convex_hull(mask, r), r).signature for mask, r in zip(fast.masks, fast.recomputed)}
     assert len(signatures) < 0.75 * len(fast.masks)
 
     class Forgetful(dict):
@@ -175,7 +168,7 @@ def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them
     monkeypatch.setattr(candidates._Search, "reachable", lambda self, job, ops: ops & job.universe)
     monkeypatch.setattr(candidates._Search, "structure", lambda self, job: ((id(job),), []))
     slow = enumerate_candidates(graph, H100, 64)
-    assert sorted(zip(slow.masks, slow.costs)) == sorted(zip(fast.masks, fast.costs))
+    assert sorted(zip(slow.masks, slow.recomputed, slow.costs)) == sorted(zip(fast.masks, fast.recomputed, fast.costs))
     assert fast.replayed > 50 and slow.replayed == 0 and slow.states > fast.states
 
 
@@ -191,22 +184,24 @@ def test_sets_convex_only_once_grown_are_found():
            op("mm", "matmul", ["gelu", "w"])]
     graph = make_graph({"x": [256, 512], "w": [512, 512]}, ops, ["mm"])
     found = enumerate_candidates(graph, H100, 64)
-    assert set(found.masks) == legal_groups(graph) and len(found.masks) == len(set(found.masks))
+    pairs = found_groups(graph, found)
+    assert set(pairs) == legal_groups(graph, False) and len(pairs) == len(set(pairs))
 
 
 def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(monkeypatch):
-    """A small table (as RoPE's cos) read by the wide pointwise prologue of a matmul in
-    each of three layers: every pointwise set holding the table and a layer's op is
-    doomed (the table is written for the other layers, the layer's values leave at
-    another size). The search cuts those sets at once; without the rule it grows
+    """A small table read by the wide pointwise prologue of a matmul in each of three
+    layers, computed from a reduction (so no layer can recompute it, as it could
+    RoPE's cos of an input): every pointwise set holding the table and a layer's op
+    is doomed (the table is written for the other layers, the layer's values leave
+    at another size). The search cuts those sets at once; without the rule it grows
     them, and finds the same candidates."""
-    ops, h = [op("table", "cos", ["t"])], "x"
+    ops, h = [op("sum", "reduce_sum", ["t"], axes=[0], keepdims=False), op("table", "cos", ["sum"])], "x"
     for k in range(3):
         ops += [op(f"a{k}", "mul", [h, "table"]), op(f"b{k}", "neg", [f"a{k}"]), op(f"c{k}", "exp", [f"a{k}"]),
                 op(f"d{k}", "abs", [f"a{k}"]), op(f"e{k}", "add", [f"b{k}", f"c{k}"]),
                 op(f"f{k}", "add", [f"e{k}", f"d{k}"]), op(f"m{k}", "matmul", [f"f{k}", f"w{k}"])]
         h = f"m{k}"
-    graph = make_graph({"t": [64, 32], "x": [8, 64, 32], **{f"w{k}": [32, 32] for k in range(3)}}, ops, [h])
+    graph = make_graph({"t": [2, 64, 32], "x": [8, 64, 32], **{f"w{k}": [32, 32] for k in range(3)}}, ops, [h])
     from partitioner.strategies import candidates
 
     table_states = []
@@ -220,7 +215,7 @@ def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(mon
 
     monkeypatch.setattr(candidates._Search, "search", counted)
     pruned = enumerate_candidates(graph, H100, 64)
-    assert set(pruned.masks) == legal_groups(graph)
+    assert set(found_groups(graph, pruned)) == legal_groups(graph, False)
     monkeypatch.setattr(candidates._Search, "leaks", lambda self, i, numel: False)
     grown = enumerate_candidates(graph, H100, 64)
     assert set(grown.masks) == set(pruned.masks)

@@ -26,12 +26,15 @@ Progress = Callable[[str, float | None, float | None, float], None]
 class Options:
     """Planning options: the ``time_limit`` work budget in nominal seconds (``None``:
     the strategy's default), the per-group op cap, an optional progress callback,
-    and the objective the ILP minimises (``cost.OBJECTIVES``)."""
+    the objective the ILP minimises (``cost.OBJECTIVES``), and whether the ILP may
+    recompute ops in several groups (``recompute``: plans are then coverings,
+    ``legality.check_covering``; partitions otherwise)."""
 
     time_limit: float | None = None
     max_ops: int = DEFAULT_MAX_OPS
     progress: Progress | None = None
     objective: str = "time"
+    recompute: bool = False
 
 
 class Strategy(ABC):
@@ -55,11 +58,14 @@ def group_of(graph: Graph, compute: int) -> Group | None:
     return Group(graph, hull)
 
 
-def assemble(graph: Graph, computes: list[int]) -> list[list[str]]:
-    """Groups of op names from compute-op bitsets: each hull, then each left-over view alone."""
-    groups = [graph.names(graph.convex_hull(mask)) for mask in computes]
+def assemble(graph: Graph, computes: list[int], recomputed: list[int] | None = None) -> list[list[str]]:
+    """Groups of op names from compute-op bitsets: each hull (less the paths that
+    leave the members each recomputes, ``recomputed``: one bitset per group, none
+    by default), then each left-over view alone."""
+    hulls = [graph.convex_hull(mask, r) for mask, r in zip(computes, recomputed or [0] * len(computes))]
+    groups = [graph.names(hull) for hull in hulls]
     covered = 0
-    for mask in computes:
-        covered |= graph.convex_hull(mask)
+    for hull in hulls:
+        covered |= hull
     groups += [[name] for name in graph.names(((1 << len(graph.ops)) - 1) & ~covered)]
     return groups

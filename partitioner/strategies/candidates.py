@@ -44,6 +44,12 @@ A branch of the search is cut only when no set in it can be legal:
   count leave (it must be written, or one of its readers leaks). So a small table
   every layer reads (RoPE's cos and sin) is not grown into each layer's prologue.
 
+With ``recompute``, a set holding recomputable ops (``Graph.recomputable_mask``) is a
+candidate once per choice of the members it recomputes (:meth:`_Search.variants`);
+the branch's hull leaves out the paths out of recomputable members (their outside
+readers may recompute them), which every variant's own hull holds, so the cuts
+above stay sound; the must-write and leak cuts leave recomputable members out.
+
 An op whose convex hull with the anchor alone breaks a hereditary rule leaves that
 anchor's universe the first time it is met (``_Search.reachable``): no state of the
 anchor can take it, so testing it once per anchor instead of once per state finds
@@ -124,8 +130,9 @@ STOPPED_BY = {
 
 @dataclass
 class Candidates:
-    """Legal candidate groups (compute-op bitsets) and their integer objectives
-    (``cost.objective``), in a fixed order.
+    """Legal candidate groups (compute-op bitsets), the members each recomputes (a
+    bitset: ``Group.recomputed``; one set of ops may be a candidate once per choice
+    of them) and their integer objectives (``cost.objective``), in a fixed order.
 
     ``complete`` is False when the search stopped at a budget, each named in ``stopped``
     (keys of :data:`STOPPED_BY`, in the order they were hit): then the list holds
@@ -137,6 +144,7 @@ class Candidates:
 
     masks: list[int]
     costs: list[int]
+    recomputed: list[int]
     states: int
     work: int
     seconds: float
@@ -169,7 +177,8 @@ class _Search:
     """One exhaustive enumeration; see the module docstring."""
 
     def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int, kind: str,
-                 tick: Callable[[int], None] | None, checkpoint: tuple[int, Callable[[], None]] | None):
+                 tick: Callable[[int], None] | None, checkpoint: tuple[int, Callable[[], None]] | None,
+                 recompute: bool):
         self.graph, self.hw, self.max_ops, self.kind = graph, hw, max_ops, kind
         self.max_work, self.max_candidates, self.tick = max_work, max_candidates, tick
         self.checkpoint = checkpoint
@@ -183,8 +192,15 @@ class _Search:
         self.decided: dict[tuple, tuple[bool, int]] = {}  # Group.signature -> (legal, objective)
         self.leaking: dict[tuple[int, int], bool] = {}
         self.leak_masks: dict[int, tuple[int, int]] = {}  # element count -> ops that leak it, ops that do not
+        self.recomputable = graph.recomputable_mask if recompute else 0
+        # a member's descendants as a branch's hull counts them: a recomputable one's
+        # outside readers may recompute it, so only its views (Graph.convex_hull);
+        # each variant that writes it is checked against its full hull (emit)
+        self.below = tuple(graph.view_closure[i] if self.recomputable >> i & 1 else d
+                           for i, d in enumerate(graph.descendants_mask))
         self.masks: list[int] = []
         self.costs: list[int] = []
+        self.recomputed: list[int] = []
         self.states = self.work = 0
         self.anchor_budget = max_work  # set for each anchor by _searches
         self.stopped: list[str] = []
@@ -204,21 +220,23 @@ class _Search:
         return ok
 
     def hull_with(self, mask: int, below: int, above: int, i: int) -> int:
-        """Convex hull of ``mask`` plus op ``i``, from the set's descendant and ancestor masks."""
+        """Convex hull of ``mask`` plus op ``i``, from the set's descendant and ancestor
+        masks (:attr:`below`: recomputable members' outside paths left out)."""
         g = self.graph
-        return mask | (1 << i) | ((below | g.descendants_mask[i]) & (above | g.ancestors_mask[i]))
+        return mask | (1 << i) | ((below | self.below[i]) & (above | g.ancestors_mask[i]))
 
     def must_writes(self, mask: int, below: int, above: int, addable: int, known: int) -> int:
         """Members (a bitset) whose value every set of this branch writes: a graph
         output, or one read by an op the branch can no longer add, or whose hull with
-        the set breaks a hereditary rule. ``known`` are members already found so in
+        the set breaks a hereditary rule; never a recomputable one, which the groups
+        of its outside readers may recompute. ``known`` are members already found so in
         an enclosing branch: they stay so, since a sub-branch can add fewer ops and
         its hulls are larger. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
         bitset as wide as the graph.)"""
         readers_of, output = self.graph.readers_of, self.graph.writes_out
         keep = mask | addable
         out = known
-        for i in bits(mask ^ known):
+        for i in bits((mask ^ known) & ~self.recomputable):
             readers = readers_of[i]
             if output[i] or readers ^ (readers & keep):
                 out |= 1 << i
@@ -271,7 +289,7 @@ class _Search:
                 continue
             name = g.order[j]
             readers = g.storage_readers.get(name, 0)
-            if g.tensor(name).numel == numel:
+            if g.tensor(name).numel == numel or self.recomputable >> j & 1:  # its readers may recompute it
                 memo[j, numel] = False
             elif name in g.output_storages or not readers or readers & ~self.pointwise:
                 memo[j, numel] = True
@@ -291,9 +309,43 @@ class _Search:
             call()
 
     def emit(self, mask: int, hull: int) -> None:
-        if (hull ^ mask) & self.graph.compute_mask:
+        """Adds the legal groups of the compute ops ``mask`` (convex hull ``hull``, with
+        recomputable members' outside paths left out): one per choice of the members
+        it recomputes (:meth:`variants`) whose own hull takes in no other compute op."""
+        g = self.graph
+        if (hull ^ mask) & g.compute_mask:
             return  # not convex: the hull takes in another compute op
-        group = Group(self.graph, hull)
+        if not mask & self.recomputable:
+            self.add(mask, hull, 0)
+            return
+        for recomputed in self.variants(mask):
+            real = g.convex_hull(mask, recomputed)
+            if not (real ^ mask) & g.compute_mask:
+                self.add(mask, real, recomputed)
+
+    def variants(self, mask: int) -> list[int]:
+        """The choices of members a group of ``mask`` recomputes, as bitsets: a set of
+        recomputable members read outside it whose recomputable ancestors it all holds
+        (so it can recompute them from the graph inputs), closed under those
+        ancestors; a recomputed member's ancestors read outside it are recomputed too
+        (one written would be read by groups that recompute it). The first is none."""
+        g = self.graph
+        able = [i for i in bits(mask & self.recomputable)
+                if g.readers_of[i] & ~mask and not g.ancestors_mask[i] & g.compute_mask & ~mask]
+        out = [0]
+        for r in range(1, len(able) + 1):
+            for chosen in itertools.combinations(able, r):
+                closure = 0
+                for i in chosen:
+                    closure |= 1 << i | g.ancestors_mask[i] & g.compute_mask
+                if all(closure >> i & 1 == (i in chosen) for i in able):
+                    out.append(closure)
+        return out
+
+    def add(self, mask: int, hull: int, recomputed: int) -> None:
+        """Decides the group ``hull`` recomputing ``recomputed`` (legality, then its
+        objective, once per ``Group.signature``) and adds it if legal."""
+        group = Group(self.graph, hull, recomputed)
         key = group.signature
         decided = self.decided.get(key)
         if decided is None:
@@ -304,6 +356,7 @@ class _Search:
             self.found.append(len(self.masks))
             self.masks.append(mask)
             self.costs.append(decided[1])
+            self.recomputed.append(recomputed)
             self.work += SIGNATURE_WORK
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
@@ -360,7 +413,8 @@ class _Search:
         seed = job.seed[0]
         reach = self.reach(job)
         held = seed | reach
-        region = bits(g.convex_hull(held))
+        hull = g.convex_hull(held, self.recomputable)
+        region = bits(hull)
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
         outside: dict[str, int] = {}
@@ -374,9 +428,24 @@ class _Search:
             role = (i in seeds) + 2 * (i in reached)
             near = tuple(position[j] for j in bits(self.adj[i]) if j in seeds or j in reached) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
-                        near))
+                        near, self._reentry(i, hull, position)))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
+
+    def _reentry(self, i: int, hull: int, position: dict[int, int]) -> tuple[int, ...] | None:
+        """For a recomputable op ``i`` of a region ``hull``, the region's ops that a
+        path leaving the region at ``i`` reaches (a group that writes ``i`` cannot
+        hold them); ``None`` for another op: every path that leaves the region
+        leaves it at a recomputable op (the region is convex but for their paths)."""
+        if not self.recomputable >> i & 1:
+            return None
+        g = self.graph
+        reached = 0
+        for name in g.dag.successors(g.order[i]):
+            j = g.index[name]
+            if not hull >> j & 1:
+                reached |= g.descendants_mask[j]
+        return tuple(position[j] for j in bits(reached & hull))
 
     def _storage(self, storage: str, position: dict[int, int], outside: dict[str, int]) -> int:
         """A storage's position in a region, or for one produced outside it (or a
@@ -394,13 +463,16 @@ class _Search:
             position = {i: k for k, i in enumerate(leader.region)}
         for k in leader.found:
             if shift is None:
-                mask = 0
+                mask = recomputed = 0
                 for i in bits(self.masks[k]):
                     mask |= 1 << region[position[i]]
+                for i in bits(self.recomputed[k]):
+                    recomputed |= 1 << region[position[i]]
             else:
-                mask = self.masks[k] << shift
+                mask, recomputed = self.masks[k] << shift, self.recomputed[k] << shift
             self.masks.append(mask)
             self.costs.append(self.costs[k])
+            self.recomputed.append(recomputed)
             self.work += 1
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
@@ -410,7 +482,7 @@ class _Search:
     def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
         """ESU from ``anchor`` over ``universe``, adding only ops in ``later``."""
         g = self.graph
-        seed = (1 << anchor, g.descendants_mask[anchor], g.ancestors_mask[anchor])
+        seed = (1 << anchor, self.below[anchor], g.ancestors_mask[anchor])
         job = _Job(kind, anchor, [], universe, later, seed=seed, tried=1 << anchor)
         start = self.reachable(job, self.adj[anchor])
         job.stack.append((1 << anchor, start & later, start | (1 << anchor), seed[1], seed[2], 0))
@@ -426,7 +498,7 @@ class _Search:
         for name in g.names(seed):
             i = g.index[name]
             near |= self.adj[i]
-            below |= g.descendants_mask[i]
+            below |= self.below[i]
             above |= g.ancestors_mask[i]
         job = _Job(kind, anchor, [], universe, -1, seed=(seed, below, above), tried=seed)
         start = self.reachable(job, near & ~seed)
@@ -473,7 +545,7 @@ class _Search:
                     continue
                 fresh = self.reachable(job, adj[w] & later & ~closed)
                 children.append((mask | low, ext | fresh, closed | (adj[w] & job.universe),
-                                 below | g.descendants_mask[w], above | g.ancestors_mask[w], must))
+                                 below | self.below[w], above | g.ancestors_mask[w], must))
             # the first child excludes the fewest ops: explore it first, so that large
             # groups are found early even when a budget cuts the search short
             stack.extend(reversed(children))
@@ -481,7 +553,8 @@ class _Search:
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int = 10**12,
                          max_candidates: int = 2_000_000, tick: Callable[[int], None] | None = None,
-                         kind: str = "time", checkpoint: tuple[int, Callable[[], None]] | None = None) -> Candidates:
+                         kind: str = "time", checkpoint: tuple[int, Callable[[], None]] | None = None,
+                         recompute: bool = False) -> Candidates:
     """Every legal group of ``graph`` as a compute-op bitset, each exactly once, unless
     a budget stops the search: ``max_work`` units of search work in all
     (:data:`CANDIDATE_WORK`), ``max_candidates`` groups, or an anchor's cap of
@@ -493,17 +566,19 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     ``tick(candidates_so_far)`` is called now and then during long searches; each
     candidate is priced by ``cost.objective`` of ``kind``. ``checkpoint`` is a mark
     in units of work and a function called once when the search reaches it (the ILP
-    computes its warm start there; the function may raise to end the search)."""
+    computes its warm start there; the function may raise to end the search). With
+    ``recompute``, each set of ops is a candidate once per choice of the
+    recomputable members it recomputes (``Candidates.recomputed``)."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick, checkpoint)
+    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick, checkpoint, recompute)
     try:
         pending = _anchors(graph, search)
         while pending:
             pending = _searches(search, pending)
     except _Stop:
         pass
-    return Candidates(search.masks, search.costs, search.states, search.work, time.perf_counter() - begin,
-                      tuple(search.stopped), search.replayed)
+    return Candidates(search.masks, search.costs, search.recomputed, search.states, search.work,
+                      time.perf_counter() - begin, tuple(search.stopped), search.replayed)
 
 
 def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:

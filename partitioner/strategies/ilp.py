@@ -9,6 +9,13 @@ legal plans. Convex groups can still form a cycle between groups; such a cycle i
 cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which keeps
 every bound valid.
 
+Recomputation (``Options.recompute``): a candidate may recompute members that other
+groups compute too (``Candidates.recomputed``). Which ops a plan recomputes is one
+of a few sets (:func:`scenarios`); for each the model is the exact cover above, of
+the other ops, by the candidates that set allows (:func:`allows`), and the plan is
+the cheapest over them (``docs/strategies.md`` proves it exact over every legal
+covering).
+
 Decomposition: the candidates fall into the connected components of their overlap
 (two are linked when they share an op). No candidate spans two components, so each
 is covered on its own, its optimum and bound add up to the plan's, and components
@@ -46,7 +53,7 @@ from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import hereditary_violation, is_legal
+from ..legality import check_covering, dependencies, hereditary_violation, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
@@ -78,7 +85,7 @@ HEURISTIC_WORK_PER_OP = 130
 OBJECTIVE_LIMIT = 1 << 62
 
 
-def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time") -> int:
+def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time", recompute: bool = False) -> int:
     """A valid lower bound on any legal plan's integer objective of ``kind``, from
     structure alone: launches and bytes (below) for ``traffic``; for ``time``, the
     launches plus the larger of those bytes and the FLOP of every contraction at
@@ -109,6 +116,8 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     there are at least ``k - components`` reads of at least the least-touched read tensor, of at
     least ``ceil((k - components) / most readers)`` distinct tensors, each written
     once (less those already counted as outputs).
+    With ``recompute`` a plan may be a covering: groups that both recompute an op
+    pass nothing between them, so such an op links nothing in the components.
     """
     g = graph
     # an input only empty results read may be read by no launched group
@@ -124,7 +133,7 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         outputs += size * (name in g.output_storages)
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
     launches = _launch_bound(g, max_ops)
-    crossing = launches - _components(g)
+    crossing = launches - _components(g, g.recomputable_mask if recompute else 0)
     chain_bytes = outputs
     if crossing > 0:
         read = [name for name in g.names(g.compute_mask) if g.storage_readers.get(name)]
@@ -167,13 +176,15 @@ def _launch_bound(g: Graph, max_ops: int) -> int:
     return max(groups, -(-launching.bit_count() // max_ops))
 
 
-def _components(g: Graph) -> int:
+def _components(g: Graph, recomputable: int) -> int:
     """Connected components of the compute ops, linked producer to reader (through
     views): groups in different components pass nothing between them. Ops that only
-    read one graph input, or a view of it, are not linked: nothing crosses there."""
+    read one graph input, or a view of it, are not linked: nothing crosses there. Nor
+    is an op of ``recomputable`` to its readers: groups that share it by recomputing
+    it pass nothing between them."""
     links = nx.Graph()
     links.add_nodes_from(g.names(g.compute_mask))
-    for name in g.names(g.compute_mask):
+    for name in g.names(g.compute_mask & ~recomputable):
         links.add_edges_from((name, reader) for reader in g.names(g.storage_readers.get(name, 0)))
     return nx.number_connected_components(links)
 
@@ -245,14 +256,14 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             self.report(self.phase, best, bound, now - self.start)
 
 
-def _find_cycle(graph: Graph, chosen: list[int]) -> list[int] | None:
-    """Candidate positions (into ``chosen``) forming a cycle between groups, if any."""
-    groups = assemble(graph, chosen)
-    owner = {name: k for k, ops in enumerate(groups) for name in ops}
-    quotient = nx.DiGraph()
-    quotient.add_edges_from((owner[u], owner[v]) for u, v in graph.dag.edges if owner[u] != owner[v])
+def _find_cycle(graph: Graph, chosen: list[int], recomputed: list[int]) -> list[int] | None:
+    """Candidate positions (into ``chosen``, whose members ``recomputed`` are
+    recomputed) forming a cycle between groups, if any."""
+    groups = assemble(graph, chosen, recomputed)
+    again = check_covering(graph, groups)
+    members = [Group(graph, mask, mask & again) for mask in map(graph.mask, groups)]
     try:
-        cycle = nx.find_cycle(quotient)
+        cycle = nx.find_cycle(dependencies(graph, members))
     except nx.NetworkXNoCycle:
         return None
     return sorted({k for k, _ in cycle if k < len(chosen)})
@@ -292,12 +303,12 @@ class _Solver:
     same structure and costs solved once, under one deterministic-time budget."""
 
     def __init__(self, graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], hint: set[int],
-                 use_hint: bool, limit: float, progress: Progress | None, start: float):
+                 use_hint: bool, limit: float, progress: Progress | None, start: float, memo: dict):
         self.graph, self.hw, self.kind, self.masks, self.costs = graph, hw, kind, masks, costs
         self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
         self.budget = limit  # deterministic seconds left
         self.solves = self.reused = 0
-        self.memo: dict[tuple, tuple[list[int], int, bool]] = {}
+        self.memo: dict[tuple, tuple[list[int], int, bool]] = memo  # shared by the scenarios of a solve
         self.stopped = False
 
     def key(self, part: _Part) -> tuple | None:
@@ -321,15 +332,17 @@ class _Solver:
             self.reused += 1
             return
         hinted = [k for k in part.members if k in self.hint]
-        hint_cost = sum(self.costs[k] for k in hinted)
-        part.chosen, part.cost, part.bound, part.optimal = hinted, hint_cost, 0, False
+        hint_cost = sum(self.costs[k] for k in hinted) if hinted else None
+        # a part the hint does not cover (a scenario of recomputation) has no plan yet
+        part.chosen, part.cost, part.bound, part.optimal = (hinted, hint_cost, 0, False) if hinted else \
+            (None, math.inf, 0, False)
         if self.budget > 0:
             self._cp_sat(part, hint_cost, offset, bound_offset, phase)
-        if key is not None:
+        if key is not None and part.chosen is not None:
             position = {k: p for p, k in enumerate(part.members)}
             self.memo[key] = ([position[k] for k in part.chosen], part.bound, part.optimal)
 
-    def _cp_sat(self, part: _Part, hint_cost: int, offset: int, bound_offset: int, phase: str) -> None:
+    def _cp_sat(self, part: _Part, hint_cost: int | None, offset: int, bound_offset: int, phase: str) -> None:
         model = cp_model.CpModel()
         x = {k: model.NewBoolVar(f"g{k}") for k in part.members}
         covers: dict[int, list[int]] = {}
@@ -383,7 +396,8 @@ class _WarmStart:
     """The plan each solve starts from: the cheapest heuristic plan under the objective
     (greedy on a tie), computed once, when first needed (:func:`heuristic_plans`);
     or, when the enumeration finished before needing them, one group per compute op
-    (``name`` ``"none"``), whose groups are all candidates then."""
+    (``name`` ``"none"``), whose groups are all candidates then. With recomputation,
+    the ilp's own plan without it competes with the heuristics (``extra``)."""
 
     def __init__(self, graph: Graph, hw: Hardware, options: Options):
         self.graph, self.hw, self.options = graph, hw, options
@@ -391,6 +405,7 @@ class _WarmStart:
         self.masks: list[int] = []
         self.cost = 0
         self.priced: dict[int, int] = {}  # every heuristic group -> its objective
+        self.extra: dict[str, list[int]] = {}  # plans to start from besides the heuristics
         self.seconds = 0.0  # wall time of the heuristics, for reports only
 
     def heuristics(self) -> None:
@@ -399,7 +414,7 @@ class _WarmStart:
             return
         begin = time.perf_counter()
         g, hw, kind = self.graph, self.hw, self.options.objective
-        plans = heuristic_plans(g, hw, self.options)
+        plans = {**heuristic_plans(g, hw, self.options), **self.extra}
         self.priced = {mask: objective(Group(g, g.convex_hull(mask)), hw, kind)
                        for plan in plans.values() for mask in plan}
         self.name = min(plans, key=lambda name: sum(self.priced[m] for m in plans[name]))  # greedy first on a tie
@@ -407,9 +422,10 @@ class _WarmStart:
         self.cost = sum(self.priced[m] for m in self.masks)
         self.seconds = time.perf_counter() - begin
 
-    def singletons(self, masks: list[int], costs: list[int]) -> bool:
-        """Starts from one group per compute op, if each is a candidate of ``masks``."""
-        cost = {m: c for m, c in zip(masks, costs) if m & (m - 1) == 0}
+    def singletons(self, masks: list[int], costs: list[int], recomputed: list[int]) -> bool:
+        """Starts from one group per compute op, if each is a candidate of ``masks``
+        (that recomputes nothing)."""
+        cost = {m: c for m, c, r in zip(masks, costs, recomputed) if m & (m - 1) == 0 and not r}
         alone = [1 << i for i in bits(self.graph.compute_mask)]
         if not all(m in cost for m in alone):
             return False
@@ -426,8 +442,12 @@ class Ilp(Strategy):
         start = time.perf_counter()
         limit = DEFAULT_TIME_LIMIT_S if options.time_limit is None else options.time_limit
         kind = options.objective
-        bound = structural_bound(graph, hw, options.max_ops, kind)
+        bound = structural_bound(graph, hw, options.max_ops, kind, options.recompute)
         warm = _WarmStart(graph, hw, options)
+        if options.recompute:  # the partitions' optimum first: never worse with recomputation allowed
+            groups, _ = self.plan(graph, hw, replace(options, recompute=False, progress=None))
+            masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
+            warm.extra = {"ilp without recomputation": [m for m in masks if m]}
 
         def heuristics() -> None:
             warm.heuristics()
@@ -438,21 +458,23 @@ class Ilp(Strategy):
         try:
             cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
                                          max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(),
-                                         kind=kind, checkpoint=(HEURISTIC_WORK_PER_OP * len(graph.ops), heuristics))
+                                         kind=kind, checkpoint=(HEURISTIC_WORK_PER_OP * len(graph.ops), heuristics),
+                                         recompute=options.recompute)
             during = warm.seconds  # the heuristics' time inside the enumeration's, if they ran there
-            if not (cands.complete and (warm.name or warm.singletons(cands.masks, cands.costs))):
+            if not (cands.complete and (warm.name or warm.singletons(cands.masks, cands.costs, cands.recomputed))):
                 heuristics()
         except _Proven:  # the warm start meets a lower bound: proven, nothing more to search
             return assemble(graph, warm.masks), {"status": "OPTIMAL", "bound": display_value(warm.cost, hw, kind),
                                                  "gap": 0.0, "details": {"warm_start": warm.name, "candidates": 0,
                                                                          "proof": "structural bound"}}
-        masks, costs = list(cands.masks), list(cands.costs)
-        solved = _solve(graph, hw, kind, masks, costs, warm, cands.complete, limit, options.progress, start)
+        masks, costs, recomputed = list(cands.masks), list(cands.costs), list(cands.recomputed)
+        solved = _solve(graph, hw, kind, masks, costs, recomputed, warm, cands.complete, limit, options.progress,
+                        start)
         if solved.status != "OPTIMAL" and warm.name == "none":  # unproven: start again from the heuristics
             first = solved
             warm.heuristics()
-            solved = _solve(graph, hw, kind, masks, costs, warm, cands.complete, first.budget, options.progress,
-                            start)
+            solved = _solve(graph, hw, kind, masks, costs, recomputed, warm, cands.complete, first.budget,
+                            options.progress, start)
             if first.cost < solved.cost:  # the first solve's plan beat the heuristics, unproven
                 solved = replace(first, status="FEASIBLE", budget=solved.budget, stopped=True)
             solved.bound = max(first.bound, solved.bound)
@@ -475,10 +497,11 @@ class Ilp(Strategy):
             "parts_reused": solved.reused,
             "cycle_cuts": solved.cuts,
             "solves": solved.solves,
+            "recomputation_scenarios": solved.scenarios,
         }
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
-        groups = assemble(graph, [masks[k] for k in solved.chosen])
+        groups = assemble(graph, [masks[k] for k in solved.chosen], [recomputed[k] for k in solved.chosen])
         gap = 0.0 if solved.cost == 0 else (solved.cost - bound) / solved.cost
         return groups, {"status": status, "bound": display_value(bound, hw, kind), "gap": gap, "details": details}
 
@@ -488,7 +511,7 @@ class _Solved:
     """One solve's plan (candidate positions) and what the report says of it."""
 
     chosen: list[int]
-    cost: int
+    cost: int | float  # math.inf while no plan is found
     bound: int  # the parts' bounds summed (valid over the candidates)
     status: str  # OPTIMAL (every part proven, no cycle left), FEASIBLE or WARM_START
     stopped: bool  # a part's solve stopped at the budget
@@ -497,27 +520,115 @@ class _Solved:
     reused: int
     solves: int
     cuts: int
+    scenarios: int = 1
 
 
-def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], warm: _WarmStart,
-           complete: bool, limit: float, progress: Progress | None, start: float) -> _Solved:
-    """Exact cover of the candidates ``masks`` (extended in place with the warm start's
-    groups that are missing: only when the enumeration stopped early), from the warm
-    start, with cycle cuts (module docstring)."""
-    position = {mask: k for k, mask in enumerate(masks)}
+def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], recomputed: list[int],
+           warm: _WarmStart, complete: bool, limit: float, progress: Progress | None, start: float) -> _Solved:
+    """The cheapest plan over the candidates ``masks`` (extended in place with the warm
+    start's groups that are missing: only when the enumeration stopped early), over
+    every scenario of recomputation (:func:`scenarios`): in each, the exact cover of
+    the ops it does not recompute by the candidates it allows, from the warm start
+    (scenario none) or from nothing, with cycle cuts (module docstring)."""
+    position = {(mask, r): k for k, (mask, r) in enumerate(zip(masks, recomputed))}
     for mask, cost in warm.priced.items():
-        if mask not in position:
-            position[mask] = len(masks)
+        if (mask, 0) not in position:
+            position[mask, 0] = len(masks)
             masks.append(mask)
             costs.append(cost)
+            recomputed.append(0)
     _check_objective_fits(graph, costs)
-    hint = {position[mask] for mask in warm.masks}
-    solver = _Solver(graph, hw, kind, masks, costs, hint, complete, limit, progress, start)
-    parts = [_Part(sorted(members, key=lambda k: masks[k])) for members in overlap_components(masks)]
-    best, best_cost, cuts = sorted(hint), warm.cost, 0
+    hint = {position[mask, 0] for mask in warm.masks}
+    memo: dict[tuple, tuple[list[int], int, bool]] = {}
+    best: _Solved | None = None
+    budget, bound, proven, stopped, totals = limit, math.inf, complete, False, [0, 0, 0, 0]
+    free_sets = scenarios(graph, masks, recomputed)
+    for free in free_sets:
+        if len(free_sets) == 1:  # nothing is recomputed: every candidate
+            keep = list(range(len(masks)))
+        else:
+            keep = [k for k in range(len(masks)) if allows(graph, free, masks[k], recomputed[k])]
+        covered = 0
+        for k in keep:
+            covered |= masks[k]
+        if graph.compute_mask & ~free & ~covered:
+            continue  # an op no allowed candidate holds: no plan recomputes this set
+        solved = _solve_scenario(graph, hw, kind, keep, [masks[k] & ~free for k in keep], costs, masks, recomputed,
+                                 hint if not free else set(), complete, budget, progress, start, memo)
+        budget, bound, stopped = solved.budget, min(bound, solved.bound), stopped or solved.stopped
+        proven &= solved.status == "OPTIMAL"
+        for n, value in enumerate((solved.parts, solved.reused, solved.solves, solved.cuts)):
+            totals[n] += value
+        if best is None or solved.cost < best.cost:
+            best = solved
+    status = "OPTIMAL" if proven else "FEASIBLE" if best.cost < warm.cost else "WARM_START"
+    return _Solved(best.chosen, best.cost, int(min(bound, best.cost)), status, stopped, budget, *totals,
+                   scenarios=len(free_sets))
+
+
+def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int]:
+    """Every set of ops a plan over the candidates ``masks`` (recomputing
+    ``recomputed``) may recompute, as bitsets, none first: sets of ops some
+    candidate recomputes, each holding its members' recomputable producers (a
+    recomputed op's producers are recomputed too: ``legality.check_covering``), and
+    of ops whose every reader shares a candidate with them (its group must recompute
+    them). A plan recomputes exactly one of these sets, so the cheapest plan over all
+    of them is the optimum."""
+    g = graph
+    able = 0
+    for r in recomputed:
+        able |= r
+    together = dict.fromkeys(bits(able), 0)  # op -> the ops some candidate holds with it
+    for mask in masks:
+        for i in bits(mask & able):
+            together[i] |= mask
+    for i in bits(able):
+        if able >> i & 1 and g.readers_of[i] & ~together[i]:
+            able &= ~(1 << i | g.descendants_mask[i])  # a reader never recomputes it, nor what needs it
+    found = [0]
+    for i in bits(able):  # topological: a member's producers come first
+        need = g.ancestors_mask[i] & g.recomputable_mask
+        found += [f | 1 << i for f in found if not need & ~f]
+    return found
+
+
+def allows(graph: Graph, free: int, mask: int, recomputed: int) -> bool:
+    """Whether a plan that recomputes exactly the ops ``free`` may hold the candidate
+    ``mask`` recomputing ``recomputed``: it recomputes only ops of ``free``, writes
+    none of them (each of its members read outside it is recomputed by it), reads
+    none of them (it holds every member of ``free`` it reads), and holds an op that
+    is not recomputed (else it adds nothing)."""
+    if recomputed & ~free or not mask & ~free:
+        return False
+    g = graph
+    for i in bits(free & mask & ~recomputed):
+        if g.readers_of[i] & ~mask:
+            return False
+    for i in bits(free & ~mask):
+        if g.readers_of[i] & mask:
+            return False
+    return True
+
+
+def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], covers: list[int], costs: list[int],
+                    masks: list[int], recomputed: list[int], hint: set[int], complete: bool, limit: float,
+                    progress: Progress | None, start: float, memo: dict) -> _Solved:
+    """The exact cover of one scenario: the candidates ``keep`` (positions), whose ops
+    to cover are ``covers``, from the warm start's groups ``hint`` (a complete hint
+    given to CP-SAT only over ``complete`` candidates); the plan in positions into
+    ``masks``."""
+    sub_costs = [costs[k] for k in keep]
+    sub_hint = {n for n, k in enumerate(keep) if k in hint}
+    solver = _Solver(graph, hw, kind, covers, sub_costs, sub_hint, complete and bool(sub_hint), limit, progress,
+                     start, memo)
+    parts = [_Part(sorted(members, key=lambda k: covers[k])) for members in overlap_components(covers)]
+    best = sorted(sub_hint)
+    best_cost = sum(sub_costs[k] for k in best) if sub_hint else math.inf
+    cuts = 0
+    chosen: list[int] = []
     while True:
         # the other parts' best costs (or warm start, before their solve) frame one part's progress
-        estimate = [p.cost if p.chosen is not None else _hint_cost(p, costs, hint) for p in parts]
+        estimate = [p.cost if p.chosen is not None else _hint_cost(p, sub_costs, sub_hint) for p in parts]
         later, done_cost, done_bound = sum(estimate), 0, 0
         for n, part in enumerate(parts):
             later -= estimate[n]
@@ -525,8 +636,10 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
                 solver.solve(part, done_cost + later, done_bound, f"solving part {n + 1}/{len(parts)}")
             done_cost += part.cost
             done_bound += part.bound
+        if any(part.chosen is None for part in parts):
+            break  # the budget ran out before a part had a plan
         chosen = [k for part in parts for k in part.chosen]
-        cycle = _find_cycle(graph, [masks[k] for k in chosen])
+        cycle = _find_cycle(graph, [masks[keep[k]] for k in chosen], [recomputed[keep[k]] for k in chosen])
         if cycle is None:
             if done_cost < best_cost:
                 best, best_cost = chosen, done_cost
@@ -536,9 +649,9 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
         parts = _cut(parts, [chosen[p] for p in cycle])
         cuts += 1
     proven = complete and all(p.optimal for p in parts) and best == chosen
-    status = "OPTIMAL" if proven else "FEASIBLE" if best_cost < warm.cost else "WARM_START"
-    return _Solved(best, best_cost, sum(p.bound for p in parts), status, solver.stopped, solver.budget, len(parts),
-                   solver.reused, solver.solves, cuts)
+    status = "OPTIMAL" if proven else "FEASIBLE"
+    return _Solved([keep[k] for k in best], best_cost, sum(p.bound for p in parts), status, solver.stopped,
+                   solver.budget, len(parts), solver.reused, solver.solves, cuts)
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:

@@ -1,0 +1,104 @@
+"""Recomputation: a value made from the graph inputs by elementwise and layout ops
+alone may be computed by every group that reads it instead of being written once
+(``legality.check_covering``, ``partition(..., recompute=True)``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from backends.check import run_and_check
+from backends.cuda import CudaBackend
+from backends.numpy_backend import NumpyBackend
+from partitioner import IllegalPlan, evaluate, load_graph, partition
+from partitioner.cli import main
+
+from .conftest import ROOT, make_graph, op
+from .test_attention import best_covering
+from .test_optimality import H100, plan_objective
+
+
+def shared_table():
+    """``m = tanh(neg(t))`` of an input ``t``, added in the epilogue of two chained
+    matmuls (both sums are outputs, so neither is the other's prologue): a partition
+    writes ``m`` once and reads it back; recomputing it in both epilogues reads
+    ``t`` twice and writes nothing."""
+    ops = [op("a", "neg", ["t"]), op("m", "tanh", ["a"]), op("mm1", "matmul", ["x", "w1"]),
+           op("e1", "add", ["mm1", "m"]), op("mm2", "matmul", ["e1", "w2"]), op("e2", "add", ["mm2", "m"])]
+    return make_graph({"t": [1024, 256], "x": [1024, 256], "w1": [256, 256], "w2": [256, 256]}, ops, ["e1", "e2"],
+                      dtype="float16")
+
+
+def test_the_ilp_recomputes_a_table_in_both_epilogues_and_saves_its_write():
+    g = shared_table()
+    assert g.names(g.recomputable_mask) == ["a", "m"]
+    plain, recomputing = partition(g, "ilp"), partition(g, "ilp", recompute=True)
+    assert sorted(map(sorted, recomputing.groups)) == [["a", "e1", "m", "mm1"], ["a", "e2", "m", "mm2"]]
+    assert recomputing.solver.status == "OPTIMAL" and recomputing.solver.details["recomputation_scenarios"] > 1
+    assert all("m" not in c.group.writes for c in recomputing.cost.groups)
+    saved = sum(c.bytes_read + c.bytes_written for c in plain.cost.groups) - \
+        sum(c.bytes_read + c.bytes_written for c in recomputing.cost.groups)
+    assert saved == g.tensor("m").nbytes  # the write of m; t is read as often as m was
+    assert plan_objective(recomputing.cost, H100, "time") == best_covering(g)["time"]
+    assert plan_objective(plain.cost, H100, "time") == best_covering(g, recompute=False)["time"]
+    assert plain.cost.modeled_time_us > recomputing.cost.modeled_time_us
+
+
+def test_a_covering_is_judged_by_the_rules_of_recomputation():
+    g = shared_table()
+    both = [["mm1", "a", "m", "e1"], ["mm2", "a", "m", "e2"]]
+    assert evaluate(g, both).bytes_written == g.tensor("e2").nbytes + g.tensor("e1").nbytes
+    cases = {
+        "partition.duplicate": [["mm1", "a", "m", "e1"], ["mm1", "mm2", "a", "m", "e2"]],  # a matmul twice
+        "recompute.reader": [["mm1", "a", "m", "e1"], ["a", "m"], ["mm2", "e2"]],  # e2 reads m, never written
+        "recompute.producer": [["mm1", "a", "m", "e1"], ["a"], ["mm2", "m", "e2"]],  # m without its operand a
+    }
+    for reason, groups in cases.items():
+        with pytest.raises(IllegalPlan) as raised:
+            evaluate(g, groups)
+        assert raised.value.reason == reason
+
+
+@pytest.mark.parametrize("backend", ["numpy", "emulator"])
+def test_a_recomputing_plan_computes_what_the_unfused_graph_does(backend):
+    if backend == "emulator" and shutil.which("g++") is None:
+        pytest.skip("g++ is not on PATH: the emulator needs it")
+    plan = partition(shared_table(), "ilp", recompute=True)
+    assert sum("m" in ops for ops in plan.groups) == 2
+    runner = NumpyBackend() if backend == "numpy" else CudaBackend(emulate=True)
+    assert all(c.ok for c in run_and_check(plan, runner))
+
+
+def test_the_cli_recomputes_when_asked(tmp_path, capsys):
+    path = tmp_path / "table.json"
+    g = shared_table()
+    spec = {"format": 1, "name": "table", "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype}
+                                                       for n, t in g.inputs.items()],
+            "ops": [{"name": o.name, "op": o.kind, "inputs": list(o.inputs)} for o in g.ops.values()],
+            "outputs": list(g.outputs)}
+    path.write_text(json.dumps(spec))
+    assert main([str(path), "--recompute", "--format", "json"]) == 0
+    groups = [set(group["ops"]) for group in json.loads(capsys.readouterr().out)["groups"]]
+    assert sum("m" in ops for ops in groups) == 2
+
+
+def test_the_op_view_draws_one_node_per_copy_of_a_recomputed_op():
+    from partitioner.draw import to_dot
+
+    source = to_dot(partition(shared_table(), "ilp", recompute=True), "ops").source
+    assert source.count("m\ntanh\n(recomputed)") == 2
+    assert source.count("a\nneg\n(recomputed)") == 2
+
+
+@pytest.mark.parametrize("limit", [0.02, None])
+def test_recomputation_never_makes_the_plan_worse(limit):
+    """The ilp first finds the partitions' optimum and starts from it, so a budget
+    that cuts the larger search short still returns a plan at least as cheap."""
+    g = load_graph(ROOT / "graphs" / "bert_base_2l_b32_s128_f16.yaml")
+    plain, recomputing = partition(g, "ilp", time_limit=limit), partition(g, "ilp", time_limit=limit, recompute=True)
+    assert recomputing.cost.modeled_time_us <= plain.cost.modeled_time_us
+    if limit is None:  # the mask's comparisons are recomputed in each layer's attention
+        assert recomputing.solver.status == "OPTIMAL"
+        assert recomputing.cost.modeled_time_us < plain.cost.modeled_time_us
