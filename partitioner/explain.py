@@ -100,10 +100,16 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
             raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
                              "(composites are named by their parts, e.g. 'softmax:max')")
     groups = [c.group for c in plan.cost.groups]
-    owner = {name: k for k, group in enumerate(groups) for name in group.ops}
+    holders: dict[str, list[int]] = {}
+    for k, group in enumerate(groups):
+        for name in group.ops:
+            holders.setdefault(name, []).append(k)
+    shared = sorted(set(holders[a]) & set(holders[b]))
+    if shared:  # a recomputed op may share several groups with the other
+        ka = shared[0]
+        return Explanation(plan.strategy, "together", (ka, ka), message=f"both in group {ka} ({groups[ka].kind})")
+    owner = {name: ks[0] for name, ks in holders.items()}
     ka, kb = owner[a], owner[b]
-    if ka == kb:
-        return Explanation(plan.strategy, "together", (ka, kb), message=f"both in group {ka} ({groups[ka].kind})")
     merged_ids = _between(g, groups, owner, ka, kb)
     merged = Group(g, _union(groups, merged_ids))
     decision = decide(merged, plan.hardware, plan.max_ops)

@@ -146,6 +146,13 @@ def _tiling_lines(plan: Plan) -> list[str]:
     return [f"attention #{k}: {g.tiling.describe()}" for k, g in enumerate(plan.cost.groups) if g.tiling is not None]
 
 
+def _recomputed_lines(plan: Plan) -> list[str]:
+    """One line per group that recomputes ops other groups compute too (never
+    written: each group that reads one computes it)."""
+    return [f"recomputed in #{k}: {', '.join(plan.graph.names(g.group.recomputed & plan.graph.compute_mask))}"
+            for k, g in enumerate(plan.cost.groups) if g.group.recomputed & plan.graph.compute_mask]
+
+
 def _horizontal_lines(plan: Plan) -> list[str]:
     """One line per horizontal contraction group: its products, one grid of their N
     tiles side by side, and the operand they share (read once)."""
@@ -265,7 +272,7 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
         for k, g in enumerate(plan.cost.groups):
             if g.kind != "view":
                 console.print(f"  [{k}] {g.kind}: {', '.join(g.ops)}", markup=False)
-    for line in _tiling_lines(plan) + _horizontal_lines(plan):
+    for line in _tiling_lines(plan) + _horizontal_lines(plan) + _recomputed_lines(plan):
         console.print(line, markup=False)
     views = _views_line(plan)
     if views:

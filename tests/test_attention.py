@@ -287,7 +287,9 @@ def best_covering(graph, hw=H100, kinds=("time",), recompute=True) -> dict:
     recomputed), by brute force independent of the ILP: every way of covering the
     ops with legal groups (:func:`legal_variants`) and views alone, each group
     taken to cover an op no earlier one holds and overlapping them only on
-    recomputable ops, judged by ``evaluate``. Without ``recompute``, partitions only."""
+    recomputable ops, judged by ``evaluate``. Without ``recompute``, partitions only
+    (and for the time objective alone, judged by their groups' own costs and
+    ``check_acyclic``, as ``evaluate`` would)."""
     g = graph
     lowest: dict[int, int] = {}  # group ops -> its least time objective (a bound: fewer writes cost less)
     for group in legal_variants(g, hw, recompute):
@@ -302,6 +304,14 @@ def best_covering(graph, hw=H100, kinds=("time",), recompute=True) -> dict:
     best = dict.fromkeys(kinds, math.inf)
 
     def cover(covered: int, chosen: list[int], floor: int) -> None:
+        if covered == full and not recompute and kinds == ("time",):
+            # a partition's groups cost what they cost alone: only a cycle can make it illegal
+            try:
+                check_acyclic(g, [Group(g, m) for m in chosen])
+            except IllegalPlan:
+                return
+            best["time"] = min(best["time"], floor)
+            return
         if covered == full:
             try:
                 cost = evaluate(g, [g.names(m) for m in chosen], hw)

@@ -80,8 +80,22 @@ def test_the_cli_recomputes_when_asked(tmp_path, capsys):
             "outputs": list(g.outputs)}
     path.write_text(json.dumps(spec))
     assert main([str(path), "--recompute", "--format", "json"]) == 0
-    groups = [set(group["ops"]) for group in json.loads(capsys.readouterr().out)["groups"]]
-    assert sum("m" in ops for ops in groups) == 2
+    groups = json.loads(capsys.readouterr().out)["groups"]
+    assert sum("m" in group["ops"] for group in groups) == 2
+    assert sorted(group["recomputed"] for group in groups if group["recomputed"]) == [["a", "m"], ["a", "m"]]
+    assert main([str(path), "--recompute", "--report"]) == 0
+    assert capsys.readouterr().out.count("recomputed in #") == 2
+    with pytest.raises(SystemExit) as exited:  # the heuristics never recompute
+        main([str(path), "--recompute", "--strategy", "greedy"])
+    assert exited.value.code == 2
+
+
+def test_explain_finds_a_recomputed_op_with_each_of_its_readers():
+    from partitioner.explain import explain
+
+    plan = partition(shared_table(), "ilp", recompute=True)
+    assert explain(plan, "m", "e1").verdict == explain(plan, "m", "e2").verdict == "together"
+    assert explain(plan, "mm1", "mm2").verdict != "together"
 
 
 def test_the_op_view_draws_one_node_per_copy_of_a_recomputed_op():
