@@ -363,12 +363,13 @@ class Graph:
         group."""
         below = above = 0
         rest = mask
+        descendants, ancestors = self.descendants_mask, self.ancestors_mask
         while rest:
             low = rest & -rest
             i = low.bit_length() - 1
-            base = self.base_index[i]
-            below |= self.view_closure[i] if base >= 0 and recomputed >> base & 1 else self.descendants_mask[i]
-            above |= self.ancestors_mask[i]
+            base = self.base_index[i] if recomputed else -1  # (a lookup saved on the common path)
+            below |= self.view_closure[i] if base >= 0 and recomputed >> base & 1 else descendants[i]
+            above |= ancestors[i]
             rest ^= low
         return mask | (below & above)
 

@@ -251,7 +251,7 @@ def legal_variants(graph, hw=H100, recompute=True):
     for size in range(1, len(compute) + 1):
         for members in itertools.combinations(compute, size):
             mask = sum(1 << i for i in members)
-            able = [i for i in members if recompute and g.recomputable_mask >> i & 1]
+            able = [i for i in members if g.recomputable_mask >> i & 1] if recompute else []
             for r in range(len(able) + 1):
                 for chosen in itertools.combinations(able, r):
                     recomputed = sum(1 << i for i in chosen)
