@@ -31,6 +31,7 @@ import subprocess
 from pathlib import Path
 
 from .exits import unwritable
+from .legality import holders
 from .plan import Plan
 
 FORMATS = (".svg", ".png", ".dot")
@@ -155,15 +156,12 @@ def _kernel_view(plan: Plan, dot) -> None:
 
 def _op_view(plan: Plan, dot) -> None:
     g = plan.graph
-    holders: dict[str, list[int]] = {}
-    for k, group in enumerate(plan.cost.groups):
-        for name in group.ops:
-            holders.setdefault(name, []).append(k)
+    held = holders([c.group for c in plan.cost.groups])
 
     def node(name: str, k: int) -> str:
         """A plain id (':' in a DOT id means a port); a recomputed op has one per copy."""
         i = g.index[name]
-        return f"op{i}" if len(holders[name]) == 1 else f"op{i}g{k}"
+        return f"op{i}" if len(held[name]) == 1 else f"op{i}g{k}"
 
     outputs = g.output_storages
     for k, group in enumerate(plan.cost.groups):
@@ -176,7 +174,7 @@ def _op_view(plan: Plan, dot) -> None:
                          fillcolor=KIND_COLOURS.get(group.kind, "#eeeeee"), color="#888888", fontsize="10")
             for name in group.ops:
                 op = g.ops[name]
-                again = "\n(recomputed)" if len(holders[name]) > 1 else ""
+                again = "\n(recomputed)" if len(held[name]) > 1 else ""
                 if op.is_view:
                     cluster.node(node(name, k), name + again, fontsize="7", fontcolor="#777777", color="#bbbbbb",
                                  height="0.2")
@@ -189,12 +187,12 @@ def _op_view(plan: Plan, dot) -> None:
                      fillcolor="#f3f4f6", color="#9ca3af", fontsize="8")
             for reader in g.consumers[name]:
                 label = "" if g.ops[reader].is_view else _mb(tensor.nbytes)
-                for kr in holders[reader]:
+                for kr in held[reader]:
                     dot.edge(f"in{k}", node(reader, kr), label=label, color="#9ca3af")
     for u, v, data in g.dag.edges(data=True):
-        for kv in holders[v]:
+        for kv in held[v]:
             # a recomputed value is computed where it is read; any other comes from its one group
-            ku = kv if kv in holders[u] else holders[u][0]
+            ku = kv if kv in held[u] else held[u][0]
             if ku == kv:
                 dot.edge(node(u, ku), node(v, kv))
             elif plan.cost.groups[kv].kind == "view":

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .cost import group_cost
 from .errors import GraphError, IllegalPlan
 from .group import Group
-from .legality import check_acyclic, decide
+from .legality import check_acyclic, decide, holders
 from .plan import Plan
 
 
@@ -100,15 +100,12 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
             raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
                              "(composites are named by their parts, e.g. 'softmax:max')")
     groups = [c.group for c in plan.cost.groups]
-    holders: dict[str, list[int]] = {}
-    for k, group in enumerate(groups):
-        for name in group.ops:
-            holders.setdefault(name, []).append(k)
-    shared = sorted(set(holders[a]) & set(holders[b]))
+    held = holders(groups)
+    shared = sorted(set(held[a]) & set(held[b]))
     if shared:  # a recomputed op may share several groups with the other
         ka = shared[0]
         return Explanation(plan.strategy, "together", (ka, ka), message=f"both in group {ka} ({groups[ka].kind})")
-    owner = {name: ks[0] for name, ks in holders.items()}
+    owner = {name: ks[0] for name, ks in held.items()}
     ka, kb = owner[a], owner[b]
     merged_ids = _between(g, groups, owner, ka, kb)
     merged = Group(g, _union(groups, merged_ids))

@@ -45,8 +45,8 @@ class Group:
     recomputed: int = 0
 
     @classmethod
-    def of(cls, graph: Graph, ops, recomputed=()) -> "Group":
-        return cls(graph, graph.mask(ops), graph.mask(recomputed))
+    def of(cls, graph: Graph, ops) -> "Group":
+        return cls(graph, graph.mask(ops))
 
     @cached_property
     def ops(self) -> tuple[str, ...]:

@@ -633,6 +633,15 @@ def _check_recomputation(graph: Graph, masks: list[int], recomputed: int) -> Non
                                   (reader, g.order[i]))
 
 
+def holders(groups: list[Group]) -> dict[str, list[int]]:
+    """Op name -> the positions of the groups that hold it (several for a recomputed op)."""
+    held: dict[str, list[int]] = {}
+    for k, group in enumerate(groups):
+        for name in group.ops:
+            held.setdefault(name, []).append(k)
+    return held
+
+
 def dependencies(graph: Graph, groups: list[Group]) -> nx.DiGraph:
     """The groups (by position) and their dependencies: an edge from the group that
     computes a value to each other group that reads it. A recomputed value makes
@@ -642,15 +651,12 @@ def dependencies(graph: Graph, groups: list[Group]) -> nx.DiGraph:
         for name in group.ops:
             if not group.recomputed >> graph.index[name] & 1:
                 owner[name] = k
-    holders: dict[str, list[int]] = {}
-    for k, group in enumerate(groups):
-        for name in group.ops:
-            holders.setdefault(name, []).append(k)
+    held = holders(groups)
     quotient = nx.DiGraph()
     quotient.add_nodes_from(range(len(groups)))
     for u, v in graph.dag.edges:
         if u in owner:
-            quotient.add_edges_from((owner[u], k) for k in holders[v] if k != owner[u])
+            quotient.add_edges_from((owner[u], k) for k in held[v] if k != owner[u])
     return quotient
 
 
