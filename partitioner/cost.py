@@ -208,6 +208,15 @@ def score_tile_row(block_n: int, dtype: str) -> int:
 
 def attention_tiling(group: Group) -> AttentionTiling:
     """The :class:`AttentionTiling` of a legal attention group."""
+    last = group.graph.cache.get("attention_tiling")  # pricing one group asks several times
+    if last is not None and last[0] is group:
+        return last[1]
+    tiling = _attention_tiling(group)
+    group.graph.cache["attention_tiling"] = (group, tiling)
+    return tiling
+
+
+def _attention_tiling(group: Group) -> AttentionTiling:
     p = pair(group.graph, *contraction_pair(group))
     d_pad, dv_pad = -(-p.d // 16) * 16, -(-p.dv // 8) * 8
     block_n = ATTN_BLOCK_N_NARROW if p.dtype == "float32" or dv_pad > ATTN_WIDE_HEAD else ATTN_BLOCK_N
@@ -288,6 +297,7 @@ def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]
     in-group producers) when the values ``written`` leave it."""
     g = group.graph
     names = g.names(members)
+    operands = _produced_operands(g)
     demand: dict[str, dict] = {name: {} for name in names}  # per stage, or (stage, product)
     executions: dict[str, int] = {}
     for name in reversed(names):
@@ -297,15 +307,30 @@ def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]
         if op.op_class in ("reduction", "contraction") and n:
             n = op.out.numel  # computed once per result and kept (registers, shared memory)
         executions[name] = n
-        stage = group.run_stage(op)
-        for position, tensor in enumerate(op.inputs):
-            producer = g.producer(tensor) if isinstance(tensor, str) else None
-            if producer is None or not members >> g.index[producer] & 1:
+        stage = None
+        for position, producer, index in operands[name]:
+            if not members >> index & 1:
                 continue
+            if stage is None:
+                stage = group.run_stage(op)
+                key = (stage, name) if op.op_class == "contraction" else stage
             need = _operand_demand(group, op, position, n)
-            key = (stage, name) if op.op_class == "contraction" else stage
-            demand[producer][key] = max(demand[producer].get(key, 0), need)
+            wanted = demand[producer]
+            if need > wanted.get(key, 0):
+                wanted[key] = need
     return executions
+
+
+def _produced_operands(g) -> dict[str, tuple[tuple[int, str, int], ...]]:
+    """Op name -> (position, producer, producer's index) of each operand an op of
+    ``g`` produces (computed once per graph: every candidate's pricing walks them)."""
+    found = g.cache.get("produced_operands")
+    if found is None:
+        found = g.cache["produced_operands"] = {
+            op.name: tuple((position, tensor, g.index[tensor]) for position, tensor in enumerate(op.inputs)
+                           if isinstance(tensor, str) and g.producer(tensor) is not None)
+            for op in g.ops.values()}
+    return found
 
 
 def _operand_demand(group: Group, op, position: int, executions: int) -> int:
@@ -494,8 +519,11 @@ def _flops_per_unit(group: Group) -> dict[tuple[str, bool], int]:
     """The group's FLOP (:func:`op_flops`) summed per unit (:func:`flop_unit`): the
     objective prices each unit once, not each op."""
     per_unit: dict[tuple[str, bool], int] = {}
+    units = group.graph.cache.setdefault("flop_units", {})  # op name -> its unit, filled as ops are priced
     for name, flops in op_flops(group).items():
-        unit = flop_unit(group.graph.ops[name])
+        unit = units.get(name)
+        if unit is None:
+            unit = units[name] = flop_unit(group.graph.ops[name])
         per_unit[unit] = per_unit.get(unit, 0) + flops
     return per_unit
 
@@ -604,7 +632,15 @@ def contraction_dims(group: Group) -> tuple[int, int, int, int]:
 
 
 def gemm_dims(graph, op) -> tuple[int, int, int, int]:
-    """(batch, M, N, K) of contraction ``op`` as a GEMM (implicit GEMM for conv2d)."""
+    """(batch, M, N, K) of contraction ``op`` as a GEMM (implicit GEMM for conv2d);
+    memoised per graph, since every candidate holding ``op`` is priced with it."""
+    memo = graph.cache.setdefault("gemm_dims", {})
+    if op.name not in memo:
+        memo[op.name] = _gemm_dims(graph, op)
+    return memo[op.name]
+
+
+def _gemm_dims(graph, op) -> tuple[int, int, int, int]:
     shapes = [graph.tensor(t).shape for t in op.inputs[:2]]
     if op.kind == "matmul":
         batch, m, k, n, _ = matmul_shapes(shapes[0], shapes[1])
@@ -979,28 +1015,40 @@ def _peak_live_values(group: Group) -> int:
     live from its first use (an outside value) or its op (a member's) through its last
     use in the group (a member's value nothing in the group reads, at its op only)."""
     g = group.graph
+    words = _value_words(g)
     members = {op.name for op in group.compute}
     last_use: dict[str, int] = {}
     for position, op in enumerate(group.compute):
-        for t in op.tensor_inputs:
-            last_use[g.storage[t]] = position
+        for base in words[1][op.name]:
+            last_use[base] = position
     live: dict[str, int] = {}
     ending: dict[int, list[str]] = {}  # position -> values whose last use it is
     total = peak = 0
     for position, op in enumerate(group.compute):
-        for t in op.tensor_inputs:
-            base = g.storage[t]
+        for base in words[1][op.name]:
             if base not in members and base not in live:
-                live[base] = _words(g.tensor(base).dtype)
+                live[base] = words[0][base]
                 total += live[base]
                 ending.setdefault(last_use[base], []).append(base)
-        live[op.name] = _words(op.out.dtype)
+        live[op.name] = words[0][op.name]
         total += live[op.name]
         ending.setdefault(max(position, last_use.get(op.name, -1)), []).append(op.name)
-        peak = max(peak, total)
+        if total > peak:
+            peak = total
         for base in ending.pop(position, ()):
             total -= live.pop(base)
     return peak
+
+
+def _value_words(g) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+    """(registers per value of each storage, each op's operand storages in operand
+    order), computed once per graph for :func:`_peak_live_values`."""
+    found = g.cache.get("value_words")
+    if found is None:
+        storages = {name: _words(g.tensor(name).dtype) for name in (*g.inputs, *g.ops)}
+        operands = {op.name: tuple(g.storage[t] for t in op.tensor_inputs) for op in g.ops.values()}
+        found = g.cache["value_words"] = (storages, operands)
+    return found
 
 
 def registers(group: Group) -> int:

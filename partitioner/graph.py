@@ -307,6 +307,13 @@ class Graph:
         element (its indices are data: a bound, never above the table), every other
         op the whole storage. Counted in elements; a strided slice's partly used
         sectors are not counted."""
+        memo = self.cache.setdefault("touched_bytes", {})  # every candidate's pricing asks
+        found = memo.get((op_name, storage))
+        if found is None:
+            found = memo[op_name, storage] = self._touched_bytes(op_name, storage)
+        return found
+
+    def _touched_bytes(self, op_name: str, storage: str) -> int:
         op, full = self.ops[op_name], self.tensor(storage).nbytes
         selecting = op.kind == "slice" or op.kind == "gather" and self.storage[op.inputs[1]] != storage
         if not selecting or self.storage[op.inputs[0]] != storage:

@@ -64,14 +64,14 @@ class Group:
         (Whether a group is convex depends on paths outside it, which the signature
         does not hold.)"""
         g, mask = self.graph, self.mask
-        local = {name: k for k, name in enumerate(self.ops)}
+        members = bits(mask)
+        local = {g.order[i]: k for k, i in enumerate(members)}
         outside: dict[str, int] = {}
         out = []
-        for name in self.ops:
-            i = g.index[name]
-            operands = tuple(key if tensor is None else local[tensor] if tensor in local
-                             else (outside.setdefault(storage, len(outside)), key)
-                             for tensor, storage, key in g.operand_keys[i])
+        for i in members:
+            operands = tuple([key if tensor is None else local[tensor] if tensor in local
+                              else (outside.setdefault(storage, len(outside)), key)
+                              for tensor, storage, key in g.operand_keys[i]])
             readers = g.readers_of[i]
             written = (g.writes_out[i] or readers != readers & mask) and not self.recomputed >> i & 1
             out.append((g.op_keys[i], operands, written))
@@ -177,13 +177,24 @@ class Group:
         """Tensor -> reduction stage: how many reductions of this group lie on the
         longest path to it (external tensors are stage 0). A reduction of stage-k
         inputs produces stage k+1; ops run in the stage of their latest input."""
+        return self._stages[0]
+
+    @cached_property
+    def _stages(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(:attr:`stages`, each member's run stage), in one pass; with no reduction,
+        every stage is 0."""
+        g = self.graph
+        if not self.mask & g.class_masks.get("reduction", 0):
+            return dict.fromkeys(self.ops, 0), dict.fromkeys(self.ops, 0)
         stage: dict[str, int] = {}
+        runs: dict[str, int] = {}
         for name in self.ops:
-            op = self.graph.ops[name]
-            s = max((stage.get(t, 0) for t in op.tensor_inputs), default=0)
+            op = g.ops[name]
+            s = runs[name] = max((stage.get(t, 0) for t in op.tensor_inputs), default=0)
             stage[name] = s + 1 if op.op_class == "reduction" else s
-        return stage
+        return stage, runs
 
     def run_stage(self, op: Op) -> int:
         """The stage an op runs in: that of its latest input."""
-        return max((self.stages.get(t, 0) for t in op.tensor_inputs), default=0)
+        run = self._stages[1].get(op.name)
+        return max((self.stages.get(t, 0) for t in op.tensor_inputs), default=0) if run is None else run

@@ -227,9 +227,7 @@ def _contraction_rules(g: Graph, anchors: tuple[int, ...], mask: int, written: s
             return violation
         prologue |= g.ancestors_mask[i]
         products |= 1 << i | g.descendants_mask[i]
-    for name in g.names(mask & g.compute_mask & ~products):
-        if name not in written:
-            continue
+    for name in _written_members(g, mask & g.compute_mask & ~products, written):
         if prologue >> g.index[name] & 1:
             consumer = next(g.order[i] for i in anchors if g.ancestors_mask[i] >> g.index[name] & 1)
             return IllegalPlan("contraction.prologue_written",
@@ -280,13 +278,18 @@ def written_violation(g: Graph, kind: str, anchor, mask: int, written: set[str])
     if kind == "attention":
         violation = epilogue_violation(g, anchor.c2, mask)
         scores = g.descendants_mask[g.index[anchor.c1]] | (1 << g.index[anchor.c1])
-        feeders = [t for t in g.names(mask & g.compute_mask & ~scores) if t in written]
+        feeders = _written_members(g, mask & g.compute_mask & ~scores, written)
         if violation is None and feeders:
             violation = IllegalPlan("contraction.prologue_written", f"'{feeders[0]}' feeds attention "
                                     f"'{anchor.c1}'/'{anchor.c2}' and is also needed outside the group",
                                     (feeders[0], anchor.c1))
         return violation
     return None
+
+
+def _written_members(g: Graph, mask: int, written: set[str]) -> list[str]:
+    """The values ``written`` that are members of ``mask``, in topological order."""
+    return sorted((name for name in written if mask >> g.index[name] & 1), key=g.index.__getitem__)
 
 
 class RowStructure:

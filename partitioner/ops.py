@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -52,11 +53,13 @@ class TensorType:
     shape: Shape
     dtype: str
 
-    @property
+    # cached: every candidate's pricing reads them (a frozen dataclass's cached_property
+    # writes the instance dict, so fields, equality and hashing are unchanged)
+    @cached_property
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.numel * numpy_dtype(self.dtype).itemsize
 
