@@ -32,7 +32,15 @@ def sibling_key(g: Graph, name: str) -> tuple | None:
     conv2d of one group, its input's storage and shape, the window (weight shape but
     for the output channels, strides, pads, dilations) and dtype, which fix its
     implicit GEMM's A. ``None`` for a matrix-vector product or a grouped conv,
-    which have no sibling."""
+    which have no sibling. Memoised on the graph: every candidate holding two
+    contractions asks."""
+    keys = g.cache.setdefault("sibling_keys", {})
+    if name not in keys:
+        keys[name] = _sibling_key(g, name)
+    return keys[name]
+
+
+def _sibling_key(g: Graph, name: str) -> tuple | None:
     op = g.ops[name]
     a, b = (g.tensor(t) for t in op.inputs[:2])
     if op.kind == "conv2d":
