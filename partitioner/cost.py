@@ -1015,22 +1015,22 @@ def _peak_live_values(group: Group) -> int:
     live from its first use (an outside value) or its op (a member's) through its last
     use in the group (a member's value nothing in the group reads, at its op only)."""
     g = group.graph
-    words = _value_words(g)
+    words, operands = _value_words(g)
     members = {op.name for op in group.compute}
     last_use: dict[str, int] = {}
     for position, op in enumerate(group.compute):
-        for base in words[1][op.name]:
+        for base in operands[op.name]:
             last_use[base] = position
     live: dict[str, int] = {}
     ending: dict[int, list[str]] = {}  # position -> values whose last use it is
     total = peak = 0
     for position, op in enumerate(group.compute):
-        for base in words[1][op.name]:
+        for base in operands[op.name]:
             if base not in members and base not in live:
-                live[base] = words[0][base]
+                live[base] = words[base]
                 total += live[base]
                 ending.setdefault(last_use[base], []).append(base)
-        live[op.name] = words[0][op.name]
+        live[op.name] = words[op.name]
         total += live[op.name]
         ending.setdefault(max(position, last_use.get(op.name, -1)), []).append(op.name)
         if total > peak:
