@@ -222,6 +222,64 @@ def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(mon
     assert table_states[0] * 5 < table_states[1]  # 3 states against 30
 
 
+def test_a_budget_cut_leaves_repeated_layers_what_the_first_found(monkeypatch):
+    """When the work budget stops the search while the first layer's matmul is still
+    being searched for the layers of its structure, those layers take the groups it
+    found so far, mapped over, not none (a cut-short GPT-2 import once lost its second
+    attention group so); every candidate is still a distinct legal group."""
+    graph = _table_layers()
+    from partitioner.strategies import candidates
+
+    legal = legal_groups(graph, False)
+    m1, m2, m3 = (graph.index[f"m{k}"] for k in (1, 2, 3))
+    full = enumerate_candidates(graph, H100, 64)
+    waiting = []
+    for budget in range(1, full.work, 3):
+        with monkeypatch.context() as patch:
+            patch.setattr(candidates, "_replay_waiting", lambda search: None)
+            alone = enumerate_candidates(graph, H100, 64, max_work=budget)
+        if any(m >> m1 & 1 for m in alone.masks) and not any(m >> m2 & 1 for m in alone.masks):
+            waiting.append(budget)
+    assert waiting  # budgets that stop while the later layers wait for the first
+    for budget in waiting:
+        found = enumerate_candidates(graph, H100, 64, max_work=budget)
+        pairs = found_groups(graph, found)
+        assert len(pairs) == len(set(pairs)) and set(pairs) <= legal
+        first = {m for m in found.masks if m >> m1 & 1}  # layer k's ops sit 3 positions after layer k-1's
+        assert {m for m in found.masks if m >> m2 & 1} == {m << 3 for m in first}
+        assert {m for m in found.masks if m >> m3 & 1} == {m << 6 for m in first}
+
+
+def _table_layers():
+    """Four layers, each a matmul whose prologue scales the previous layer's product by
+    one table (as RoPE's cos)."""
+    ops = [op("table", "cos", ["t"]), op("m0", "matmul", ["x", "w0"])]
+    for k in range(1, 5):
+        ops += [op(f"a{k}", "mul", [f"m{k - 1}", "table"]), op(f"b{k}", "neg", [f"a{k}"]),
+                op(f"m{k}", "matmul", [f"b{k}", f"w{k}"])]
+    return make_graph({"t": [64, 32], "x": [64, 32], **{f"w{k}": [32, 32] for k in range(5)}}, ops, ["m4"])
+
+
+def test_a_table_every_layer_reads_leaves_the_first_layers_reach(monkeypatch):
+    """Four layers, each a matmul whose prologue scales the previous layer's product
+    by one table (:func:`_table_layers`): only the first layer's matmul can reach the table
+    (with a later layer's, the hull holds two matmuls), and no group of it may hold
+    the table, which the other layers read, so it is written, and a prologue is
+    never written (``_Search.unwritable``). With the table out of its reach, the
+    first layer's search has the structure of the second's and the third's, which
+    take its candidates mapped over (without the rule, the second searches for both);
+    the candidates are the legal groups found by brute force, as without the rule."""
+    graph = _table_layers()
+    from partitioner.strategies import candidates
+
+    pruned = enumerate_candidates(graph, H100, 64)
+    assert set(found_groups(graph, pruned)) == legal_groups(graph, False)
+    monkeypatch.setattr(candidates._Search, "unwritable", lambda self, job, reach: 0)
+    kept = enumerate_candidates(graph, H100, 64)
+    assert sorted(zip(kept.masks, kept.costs)) == sorted(zip(pruned.masks, pruned.costs))
+    assert pruned.replayed == kept.replayed + 1 and pruned.states < kept.states
+
+
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(small_graphs(max_ops=7))
 def test_structural_bound_never_exceeds_the_optimum(graph):

@@ -53,7 +53,8 @@ above stay sound; the must-write and leak cuts leave recomputable members out.
 An op whose convex hull with the anchor alone breaks a hereditary rule leaves that
 anchor's universe the first time it is met (``_Search.reachable``): no state of the
 anchor can take it, so testing it once per anchor instead of once per state finds
-the same sets. Each emitted group is decided (legality, then its objective) once
+the same sets. So does an op a contraction or attention anchor would have to write
+where its kind may not (``_Search.unwritable``), with what only it reaches. Each emitted group is decided (legality, then its objective) once
 per ``Group.signature``: the repeated layers of a network have the same groups up
 to names, and legality and cost read nothing else.
 
@@ -380,17 +381,45 @@ class _Search:
     def reach(self, job: _Job) -> int:
         """Every op a set of the job can hold besides its seed, as a bitset: the closure
         of the seed under adjacency within the job's universe, less the ops
-        :meth:`reachable` drops. Each set the search emits is connected and holds
-        the seed, so it lies within the seed and this reach."""
+        :meth:`reachable` and :meth:`unwritable` drop (the universe shrinks until
+        the closure holds no op :meth:`unwritable` drops). Each set the search emits
+        is connected and holds the seed, so it lies within the seed and this reach."""
         seed = job.seed[0]
-        found, frontier = 0, seed
-        while frontier:
-            near = 0
-            for i in bits(frontier):
-                near |= self.adj[i]
-            frontier = self.reachable(job, near & job.later & ~(found | seed))
-            found |= frontier
-        return found
+        while True:
+            found, frontier = 0, seed
+            while frontier:
+                near = 0
+                for i in bits(frontier):
+                    near |= self.adj[i]
+                frontier = self.reachable(job, near & job.later & ~(found | seed))
+                found |= frontier
+            unwritable = self.unwritable(job, found)
+            if not unwritable:
+                return found
+            job.universe &= ~unwritable  # and what only they connect to the seed
+
+    def unwritable(self, job: _Job, reach: int) -> int:
+        """Ops of ``reach`` (a bitset) that no candidate of a contraction or attention
+        job can hold: every group of the job that holds one writes it (a graph output,
+        or read by an op outside the seed and ``reach``, which no group of the job
+        holds), and the job's kind may not write it (``legality.written_violation``
+        with the seed: a prologue or a feeder, a side value off the product's
+        iteration space, an epilogue op that moves elements). Those rules hold for
+        every group of the same contractions that writes the op, as the must-write
+        cut uses them, so the ops leave the job's universe; so does the rest of a
+        layer's region that only they reach (the first layer of a network can reach
+        the inputs' tables and masks that every layer reads, and must write them)."""
+        if job.kind not in ("contraction", "attention"):
+            return 0
+        g = self.graph
+        inside = job.seed[0] | reach
+        out = 0
+        for w in bits(reach & ~self.recomputable):
+            readers = g.readers_of[w]
+            if (g.writes_out[w] or readers ^ (readers & inside)) and \
+                    written_violation(g, job.kind, job.anchor, job.seed[0] | 1 << w, {g.order[w]}) is not None:
+                out |= 1 << w
+        return out
 
     def structure(self, job: _Job) -> tuple[tuple, list[int]]:
         """The job's search up to names, and the ops it names in order: the region
@@ -576,9 +605,22 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
         while pending:
             pending = _searches(search, pending)
     except _Stop:
-        pass
+        _replay_waiting(search)
     return Candidates(search.masks, search.costs, search.recomputed, search.states, search.work,
                       time.perf_counter() - begin, tuple(search.stopped), search.replayed)
+
+
+def _replay_waiting(search: _Search) -> None:
+    """Once a budget stops the search, each job waiting for an unfinished job of its
+    structure takes what that one found so far (legal groups at their own costs, as
+    the searched job's are), so that a repeated layer is not left with none of its
+    groups while the first layer has some."""
+    try:
+        for leader in search.leaders.values():
+            for follower in leader.followers if leader.stack else ():  # a finished one's have its result
+                search.replay(follower, leader)
+    except _Stop:  # the candidate cap
+        pass
 
 
 def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
