@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import networkx as nx
 
@@ -224,11 +224,16 @@ class Graph:
     @cached_property
     def descendants_mask(self) -> tuple[int, ...]:
         """Per op index, a bitset (Python int) of the ops reachable from it."""
+        return self._reachable_through(lambda name: True)
+
+    def _reachable_through(self, passes: Callable[[str], bool]) -> tuple[int, ...]:
+        """Per op index, a bitset of the ops reachable from it through ops ``passes`` accepts."""
         masks = [0] * len(self.ops)
         for i in reversed(range(len(self.order))):
             for succ in self.dag.successors(self.order[i]):
-                j = self.index[succ]
-                masks[i] |= masks[j] | (1 << j)
+                if passes(succ):
+                    j = self.index[succ]
+                    masks[i] |= masks[j] | (1 << j)
         return tuple(masks)
 
     @cached_property
@@ -389,13 +394,7 @@ class Graph:
     @cached_property
     def view_closure(self) -> tuple[int, ...]:
         """Per op index, a bitset of the views reachable from it through views alone."""
-        masks = [0] * len(self.ops)
-        for i in reversed(range(len(self.order))):
-            for succ in self.dag.successors(self.order[i]):
-                j = self.index[succ]
-                if self.ops[succ].is_view:
-                    masks[i] |= masks[j] | (1 << j)
-        return tuple(masks)
+        return self._reachable_through(lambda name: self.ops[name].is_view)
 
     @cached_property
     def recomputable_mask(self) -> int:

@@ -63,18 +63,17 @@ class Group:
         candidate enumeration and the baselines' merges decide each signature once.
         (Whether a group is convex depends on paths outside it, which the signature
         does not hold.)"""
-        g, mask = self.graph, self.mask
-        members = bits(mask)
+        g = self.graph
+        members = bits(self.mask)
         local = {g.order[i]: k for k, i in enumerate(members)}
+        written = set(self.writes)
         outside: dict[str, int] = {}
         out = []
         for i in members:
             operands = tuple([key if tensor is None else local[tensor] if tensor in local
                               else (outside.setdefault(storage, len(outside)), key)
                               for tensor, storage, key in g.operand_keys[i]])
-            readers = g.readers_of[i]
-            written = (g.writes_out[i] or readers != readers & mask) and not self.recomputed >> i & 1
-            out.append((g.op_keys[i], operands, written))
+            out.append((g.op_keys[i], operands, g.order[i] in written))
         return tuple(out)
 
     @cached_property
@@ -195,6 +194,5 @@ class Group:
         return stage, runs
 
     def run_stage(self, op: Op) -> int:
-        """The stage an op runs in: that of its latest input."""
-        run = self._stages[1].get(op.name)
-        return max((self.stages.get(t, 0) for t in op.tensor_inputs), default=0) if run is None else run
+        """The stage a member runs in: that of its latest input."""
+        return self._stages[1][op.name]

@@ -617,6 +617,13 @@ def check_covering(graph: Graph, groups: list[list[str]]) -> int:
     return recomputed
 
 
+def covering_groups(graph: Graph, groups: list[list[str]]) -> list[Group]:
+    """The groups of a plan, each recomputing its members that other groups hold too,
+    after :func:`check_covering` (whose :class:`IllegalPlan` it raises)."""
+    recomputed = check_covering(graph, groups)
+    return [Group(graph, mask, mask & recomputed) for mask in map(graph.mask, groups)]
+
+
 def _check_recomputation(graph: Graph, masks: list[int], recomputed: int) -> None:
     """The rules of recomputed ops (:func:`check_covering`)."""
     g = graph

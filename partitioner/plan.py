@@ -11,7 +11,7 @@ from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
-from .legality import check_acyclic, check_covering, check_group, dependencies
+from .legality import check_acyclic, check_group, covering_groups, dependencies
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,7 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     partitioner.errors.IllegalPlan: [contraction.multiple] 'h:matmul' and 'y:matmul' are both contractions and no softmax lies between them
     """
     hw = load_hardware(hardware)
-    recomputed = check_covering(graph, groups)
-    members = [Group(graph, mask, mask & recomputed) for mask in map(graph.mask, groups)]
+    members = covering_groups(graph, groups)
     for group in members:
         check_group(group, hw, max_ops)
     check_acyclic(graph, members)

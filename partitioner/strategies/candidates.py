@@ -54,9 +54,10 @@ An op whose convex hull with the anchor alone breaks a hereditary rule leaves th
 anchor's universe the first time it is met (``_Search.reachable``): no state of the
 anchor can take it, so testing it once per anchor instead of once per state finds
 the same sets. So does an op a contraction or attention anchor would have to write
-where its kind may not (``_Search.unwritable``), with what only it reaches. Each emitted group is decided (legality, then its objective) once
-per ``Group.signature``: the repeated layers of a network have the same groups up
-to names, and legality and cost read nothing else.
+where its kind may not (``_Search.unwritable``), with what only it reaches. Each
+emitted group is decided (legality, then its objective) once per
+``Group.signature``: the repeated layers of a network have the same groups up to
+names, and legality and cost read nothing else.
 
 Each anchor's search is a resumable job; the state budget is shared out in passes
 (``enumerate_candidates``).

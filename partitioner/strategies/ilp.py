@@ -53,7 +53,7 @@ from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import check_covering, dependencies, hereditary_violation, is_legal
+from ..legality import covering_groups, dependencies, hereditary_violation, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
@@ -196,9 +196,7 @@ def heuristic_plans(graph: Graph, hw: Hardware, options: Options) -> dict[str, l
     never become the ILP's plan; ``partition`` of that baseline reports it)."""
     plans = {"greedy": greedy_groups(graph, hw, options.max_ops)}
     for strategy in (Xla(), XlaFmha(), Tvm(), Inductor()):
-        groups, _ = strategy.plan(graph, hw, options)
-        masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
-        plans[strategy.name] = [m for m in masks if m]
+        plans[strategy.name] = _compute_masks(graph, strategy.plan(graph, hw, options)[0])
     decided: dict[tuple, bool] = {}  # Group.signature -> legal (convex groups: the signature decides)
 
     def legal(mask: int) -> bool:
@@ -211,6 +209,13 @@ def heuristic_plans(graph: Graph, hw: Hardware, options: Options) -> dict[str, l
         return decided[group.signature]
 
     return {name: masks for name, masks in plans.items() if all(legal(m) for m in masks)}
+
+
+def _compute_masks(graph: Graph, groups: list[list[str]]) -> list[int]:
+    """A plan's groups as compute-op bitsets, less those of views alone (``assemble``
+    places views)."""
+    masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
+    return [m for m in masks if m]
 
 
 def _check_objective_fits(graph: Graph, costs: list[int]) -> None:
@@ -259,9 +264,7 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 def _find_cycle(graph: Graph, chosen: list[int], recomputed: list[int]) -> list[int] | None:
     """Candidate positions (into ``chosen``, whose members ``recomputed`` are
     recomputed) forming a cycle between groups, if any."""
-    groups = assemble(graph, chosen, recomputed)
-    again = check_covering(graph, groups)
-    members = [Group(graph, mask, mask & again) for mask in map(graph.mask, groups)]
+    members = covering_groups(graph, assemble(graph, chosen, recomputed))
     try:
         cycle = nx.find_cycle(dependencies(graph, members))
     except nx.NetworkXNoCycle:
@@ -453,8 +456,7 @@ class Ilp(Strategy):
         warm = _WarmStart(graph, hw, options)
         if options.recompute:  # the partitions' optimum first: never worse with recomputation allowed
             groups, _ = self.plan(graph, hw, replace(options, recompute=False, progress=None))
-            masks = [graph.mask(n for n in ops if not graph.ops[n].is_view) for ops in groups]
-            warm.extra = {"ilp without recomputation": [m for m in masks if m]}
+            warm.extra = {"ilp without recomputation": _compute_masks(graph, groups)}
 
         def heuristics() -> None:
             warm.heuristics()
