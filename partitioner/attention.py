@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from .dtypes import FLOATS
 from .errors import IllegalPlan
-from .graph import Graph, Op
+from .graph import Graph, Op, bits
 from .group import Group
 from .ops import matmul_shapes, normalize_axes
 
@@ -498,29 +498,30 @@ def pairs(g: Graph) -> tuple[Pair, ...]:
     if key not in g.cache:
         found = []
         contractions = g.class_masks.get("contraction", 0)
-        for c1 in g.names(contractions):
-            for c2 in g.names(_next_contractions(g, g.index[c1], contractions)):
+        nearest = _next_contractions(g, contractions)
+        for i1 in bits(contractions):
+            for i2 in bits(nearest[i1]):
+                # a contraction on another path between them is the cheapest rule to
+                # test (layers apart, every pair through the residual stream has one)
+                if g.descendants_mask[i1] & g.ancestors_mask[i2] & contractions:
+                    continue
                 try:
-                    found.append(pair(g, c1, c2))
+                    found.append(pair(g, g.order[i1], g.order[i2]))
                 except IllegalPlan:
                     pass
         g.cache[key] = tuple(found)
     return g.cache[key]
 
 
-def _next_contractions(g: Graph, i: int, contractions: int) -> int:
-    """Contractions reachable from op ``i`` by a path with no other contraction on it."""
-    reached, frontier, found = 0, 1 << i, 0
-    while frontier:
-        low = frontier & -frontier
-        frontier ^= low
-        for succ in g.dag.successors(g.order[low.bit_length() - 1]):
+def _next_contractions(g: Graph, contractions: int) -> list[int]:
+    """Per op index, the contractions (a bitset) reachable from it by a path with no
+    other contraction on it: from its readers back, in one pass in reverse
+    topological order."""
+    nearest = [0] * len(g.order)
+    for i in range(len(g.order) - 1, -1, -1):
+        reach = 0
+        for succ in g.dag.successors(g.order[i]):
             j = g.index[succ]
-            if reached >> j & 1:
-                continue
-            reached |= 1 << j
-            if contractions >> j & 1:
-                found |= 1 << j
-            else:
-                frontier |= 1 << j
-    return found
+            reach |= 1 << j if contractions >> j & 1 else nearest[j]
+        nearest[i] = reach
+    return nearest

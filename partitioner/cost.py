@@ -296,29 +296,46 @@ def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]
     """:func:`op_executions` of the ops ``members`` of ``group`` (a set closed under
     in-group producers) when the values ``written`` leave it."""
     g = group.graph
-    names = g.names(members)
-    operands = _produced_operands(g)
-    demand: dict[str, dict] = {name: {} for name in names}  # per stage, or (stage, product)
+    order, facts = g.order, _execution_facts(g)
+    staged = group.mask & g.class_masks.get("reduction", 0)  # else every op runs in stage 0
+    demand: dict[int, dict] = {}  # producer index -> demand per stage, or (stage, contraction)
     executions: dict[str, int] = {}
-    for name in reversed(names):
-        op = g.ops[name]
-        own = op.out.numel if name in written else 0
-        n = max(own, sum(demand[name].values()))
-        if op.op_class in ("reduction", "contraction") and n:
-            n = op.out.numel  # computed once per result and kept (registers, shared memory)
+    for i in reversed(group.indices if members == group.mask else bits(members)):
+        name = order[i]
+        numel, kept, contraction, operands = facts[i]
+        wanted = demand.get(i)
+        n = max(numel if name in written else 0, sum(wanted.values()) if wanted else 0)
+        if kept and n:
+            n = numel  # computed once per result and kept (registers, shared memory)
         executions[name] = n
-        stage = None
-        for position, producer, index in operands[name]:
-            if not members >> index & 1:
+        key = None
+        for position, producer, factor in operands:
+            if not members >> producer & 1:
                 continue
-            if stage is None:
-                stage = group.run_stage(op)
-                key = (stage, name) if op.op_class == "contraction" else stage
-            need = _operand_demand(group, op, position, n)
-            wanted = demand[producer]
+            if key is None:
+                stage = group.run_stage(g.ops[name]) if staged else 0
+                key = (stage, i) if contraction else stage
+            need = n * factor if factor is not None else _operand_demand(group, g.ops[name], position, n)
+            wanted = demand.setdefault(producer, {})
             if need > wanted.get(key, 0):
                 wanted[key] = need
     return executions
+
+
+def _execution_facts(g) -> tuple[tuple, ...]:
+    """Per op index, what :func:`_executions` reads of it (computed once per graph):
+    its result's element count, whether its result is computed once and kept (a
+    reduction or contraction), whether it is a contraction, and per operand an op
+    produces, (position, producer index, elements read per result element computed;
+    ``None`` for a contraction's, which depend on the group's tiling)."""
+    found = g.cache.get("execution_facts")
+    if found is None:
+        operands = _produced_operands(g)
+        found = g.cache["execution_facts"] = tuple(
+            (op.out.numel, op.op_class in ("reduction", "contraction"), op.op_class == "contraction",
+             tuple((position, producer, _demand_factor(g, op, position)) for position, _, producer in operands[name]))
+            for name, op in g.ops.items())
+    return found
 
 
 def _produced_operands(g) -> dict[str, tuple[tuple[int, str, int], ...]]:
@@ -336,15 +353,22 @@ def _produced_operands(g) -> dict[str, tuple[tuple[int, str, int], ...]]:
 def _operand_demand(group: Group, op, position: int, executions: int) -> int:
     """Elements of operand ``position`` that ``executions`` result elements of ``op``
     read (see :func:`op_executions`)."""
-    g = group.graph
-    operand = g.tensor(op.inputs[position])
+    factor = _demand_factor(group.graph, op, position)
+    if factor is None:
+        return _contraction_reads(group, op, position, group.graph.tensor(op.inputs[position]).numel)
+    return executions * factor
+
+
+def _demand_factor(g, op, position: int) -> int | None:
+    """Elements of operand ``position`` that one result element of ``op`` reads (see
+    :func:`op_executions`); ``None`` for a contraction (:func:`_contraction_reads`)."""
     if op.op_class == "contraction":
-        return _contraction_reads(group, op, position, operand.numel)
+        return None
     if op.op_class == "reduction":
-        return executions * (operand.numel // max(op.out.numel, 1))
+        return g.tensor(op.inputs[position]).numel // max(op.out.numel, 1)
     if op.op_class == "window":
-        return executions * window_elements(op.attrs)
-    return executions
+        return window_elements(op.attrs)
+    return 1
 
 
 def _contraction_reads(group: Group, op, position: int, numel: int) -> int:
@@ -375,9 +399,26 @@ def flops_once(graph, op) -> int:
 def op_flops(group: Group) -> dict[str, int]:
     """FLOP per compute op of the group: the registry's count for one result, scaled
     to the elements the kernel computes (:func:`op_executions`), rounded up."""
+    return {name: flops for name, _, flops in _scaled_flops(group)}
+
+
+def _scaled_flops(group: Group):
+    """(name, :func:`flop_unit`, :func:`op_flops`' FLOP) per compute op of the group."""
     executions = op_executions(group)
-    return {op.name: -(-flops_once(group.graph, op) * executions[op.name] // op.out.numel) if op.out.numel else 0
-            for op in group.compute}
+    facts = _flop_facts(group.graph)
+    for op in group.compute:
+        once, numel, unit = facts[op.name]
+        yield op.name, unit, -(-once * executions[op.name] // numel) if numel else 0
+
+
+def _flop_facts(g) -> dict[str, tuple[int, int, tuple[str, bool]]]:
+    """Op name -> (:func:`flops_once`, result elements, :func:`flop_unit`) of each
+    compute op (computed once per graph: every candidate's pricing reads them)."""
+    found = g.cache.get("flop_facts")
+    if found is None:
+        found = g.cache["flop_facts"] = {op.name: (flops_once(g, op), op.out.numel, flop_unit(op))
+                                         for op in g.ops.values() if not op.is_view}
+    return found
 
 
 def flop_unit(op) -> tuple[str, bool]:
@@ -519,11 +560,7 @@ def _flops_per_unit(group: Group) -> dict[tuple[str, bool], int]:
     """The group's FLOP (:func:`op_flops`) summed per unit (:func:`flop_unit`): the
     objective prices each unit once, not each op."""
     per_unit: dict[tuple[str, bool], int] = {}
-    units = group.graph.cache.setdefault("flop_units", {})  # op name -> its unit, filled as ops are priced
-    for name, flops in op_flops(group).items():
-        unit = units.get(name)
-        if unit is None:
-            unit = units[name] = flop_unit(group.graph.ops[name])
+    for _, unit, flops in _scaled_flops(group):
         per_unit[unit] = per_unit.get(unit, 0) + flops
     return per_unit
 
@@ -1014,39 +1051,39 @@ def _peak_live_values(group: Group) -> int:
     """Registers for values alive at once, walking the group's ops in order: a value is
     live from its first use (an outside value) or its op (a member's) through its last
     use in the group (a member's value nothing in the group reads, at its op only)."""
-    g = group.graph
-    words, operands = _value_words(g)
-    members = {op.name for op in group.compute}
+    words, operands = _value_words(group.graph)
+    names = [op.name for op in group.compute]
     last_use: dict[str, int] = {}
-    for position, op in enumerate(group.compute):
-        for base in operands[op.name]:
+    for position, name in enumerate(names):
+        for base in operands[name]:
             last_use[base] = position
-    live: dict[str, int] = {}
+    members = set(names)
+    live: set[str] = set()
     ending: dict[int, list[str]] = {}  # position -> values whose last use it is
     total = peak = 0
-    for position, op in enumerate(group.compute):
-        for base in operands[op.name]:
-            if base not in members and base not in live:
-                live[base] = words[base]
-                total += live[base]
+    for position, name in enumerate(names):
+        for base in operands[name]:
+            if base not in live and base not in members:
+                live.add(base)
+                total += words[base]
                 ending.setdefault(last_use[base], []).append(base)
-        live[op.name] = words[op.name]
-        total += live[op.name]
-        ending.setdefault(max(position, last_use.get(op.name, -1)), []).append(op.name)
+        live.add(name)
+        total += words[name]
+        ending.setdefault(max(position, last_use.get(name, -1)), []).append(name)
         if total > peak:
             peak = total
         for base in ending.pop(position, ()):
-            total -= live.pop(base)
+            total -= words[base]
     return peak
 
 
 def _value_words(g) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
-    """(registers per value of each storage, each op's operand storages in operand
-    order), computed once per graph for :func:`_peak_live_values`."""
+    """(registers per value of each storage, each op's distinct operand storages in
+    operand order), computed once per graph for :func:`_peak_live_values`."""
     found = g.cache.get("value_words")
     if found is None:
         storages = {name: _words(g.tensor(name).dtype) for name in (*g.inputs, *g.ops)}
-        operands = {op.name: tuple(g.storage[t] for t in op.tensor_inputs) for op in g.ops.values()}
+        operands = {op.name: tuple(dict.fromkeys(g.storage[t] for t in op.tensor_inputs)) for op in g.ops.values()}
         found = g.cache["value_words"] = (storages, operands)
     return found
 

@@ -18,6 +18,7 @@ them. Every figure comes from ``legality`` and ``cost``: nothing here restates a
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from .cost import group_cost
@@ -97,8 +98,10 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     g = plan.graph
     for name in (a, b):
         if name not in g.ops:
+            close = difflib.get_close_matches(name, g.ops, n=3)
+            hint = f"; close: {', '.join(map(repr, close))}" if close else ""
             raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
-                             "(composites are named by their parts, e.g. 'softmax:max')")
+                             f"(composites are named by their parts, e.g. 'softmax:max'{hint})")
     groups = [c.group for c in plan.cost.groups]
     held = holders(groups)
     shared = sorted(set(held[a]) & set(held[b]))

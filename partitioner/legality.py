@@ -47,6 +47,7 @@ budget.ops                       more ops than the group size cap
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -586,10 +587,18 @@ def check_covering(graph: Graph, groups: list[list[str]]) -> int:
     (``Graph.recomputable_mask``, or a view of such an op); then it is recomputed:
     no group writes it, so every group that holds a reader of it holds it too, and
     every group that holds it holds its producers (recomputed too, back to the graph
-    inputs). So which values a group writes never depends on the other groups."""
+    inputs). So which values a group writes never depends on the other groups.
+
+    Raises :class:`TypeError` when ``groups`` is not a sequence of collections of
+    op names (``None``, or one group's names given as the plan)."""
+    if isinstance(groups, str) or not isinstance(groups, Sequence):
+        raise TypeError(f"a plan is a list of groups, each a list of op names; got {type(groups).__name__}")
     seen: dict[str, int] = {}
     recomputed = 0
     for k, ops in enumerate(groups):
+        if isinstance(ops, str) or not isinstance(ops, Iterable):
+            raise TypeError(f"group {k} is {type(ops).__name__} {ops!r}, not a list of op names")
+        ops = list(ops)
         if not ops:
             raise IllegalPlan("partition.empty_group", f"group {k} has no ops")
         if len(set(ops)) < len(ops):

@@ -111,6 +111,9 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     IllegalPlan
         The first rule broken (partition, group rule, budget, cycle): ``.reason``
         is its code (``docs/legality.md``), ``.ops`` the ops involved.
+    TypeError
+        ``groups`` is not a list of lists of op names (``None``, or one group's
+        names given as the plan).
 
     Examples
     --------

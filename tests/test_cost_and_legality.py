@@ -106,6 +106,17 @@ def test_partition_errors(groups, reason):
     assert info.value.reason == reason and reason in str(info.value)
 
 
+@pytest.mark.parametrize("groups,message", [
+    (None, "a plan is a list of groups, each a list of op names; got NoneType"),
+    (["a", "b"], "group 0 is str 'a', not a list of op names"),
+    ([["a"], 7], "group 1 is int 7, not a list of op names"),
+])
+def test_a_plan_that_is_no_list_of_groups_is_a_type_error_that_says_so(groups, message):
+    with pytest.raises(TypeError) as info:
+        evaluate(chain(), groups)
+    assert str(info.value) == message
+
+
 def test_composites_are_named_by_primitives():
     g = make_graph({"x": [4, 8]}, [op("s", "softmax", ["x"])], ["s"])
     assert g.composites["s"] == ["s:max", "s:shift", "s:exp", "s:sum", "s"]

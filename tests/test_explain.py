@@ -54,6 +54,9 @@ def test_unknown_op_is_one_line_and_exit_2(capsys):
     assert cli.main([GPT2, "--explain", "addmm", "nope", "--strategy", "none"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'nope' is not an op" in err
+    assert cli.main([GPT2, "--explain", "addmm", "softmax:max", "--strategy", "none"]) == 2
+    err = capsys.readouterr().err  # GPT-2's softmax is the composite '_softmax'
+    assert err.count("\n") == 1 and "close: '_softmax:max'" in err
 
 
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -1606,3 +1606,17 @@ def test_logreg_iris_imports_with_onnxruntimes_values():
         got = run_reference(graph, {"float_input": x})
         np.testing.assert_array_equal(got["label"], label)
         np.testing.assert_allclose(got["probabilities"], as_table(maps, [0, 1, 2]), rtol=1e-6, atol=1e-7)
+
+
+def test_a_concat_drops_empty_operands_even_as_a_graph_output():
+    """A concat left with one operand is a view of it that keeps the output's name, and
+    the empty slice nothing reads any more is dropped."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Slice", ["x", "s", "e", "a"], ["empty"]),
+             helper.make_node("Concat", ["r", "empty"], ["c"], axis=1),
+             helper.make_node("Concat", ["empty", "x", "empty"], ["copy"], axis=1)]
+    init = {"s": np.array([2], np.int64), "e": np.array([2], np.int64), "a": np.array([1], np.int64)}
+    result = check(make(nodes, {"x": (F, [3, 4])}, {"c": (F, None), "copy": (F, None)}, 13, init))
+    ops = {o["name"]: o for o in result.graph["ops"]}
+    assert {name: (op["op"], op["inputs"]) for name, op in ops.items()} == \
+        {"r": ("relu", ["x"]), "c": ("reshape", ["r"]), "copy": ("reshape", ["x"])}

@@ -227,10 +227,20 @@ class GraphBuilder:
         and an explicit ``cast`` named ``NAME`` rounds it to ``dtype``: an imported
         graph has no hidden conversion.
 
+        A ``concat`` drops its zero-element operands, and one left with a single
+        operand of its own type is a view of it (a ``reshape`` to its shape, which
+        moves nothing and keeps the name): so XLA's algebraic simplifier does
+        (``HandleConcatenate``), and PyTorch's partial RoPE exports
+        ``cat(rotated, x[..., rotary_dim:])`` with an empty second part when the
+        rotary dimension is the head's. Zero-element ops nothing reads are dropped by
+        :meth:`result`.
+
         Raises:
             Unmappable: the loader rejects the op (its message says why), e.g. a
                 stated shape that disagrees with the format's inference.
         """
+        if op == "concat":
+            op, inputs, attrs = self._nonempty(inputs, attrs, shape, dtype)
         entry: dict[str, Any] = {"name": name, "op": op, "inputs": list(inputs)}
         if attrs:
             entry["attrs"] = attrs
@@ -248,6 +258,20 @@ class GraphBuilder:
         self._taken.add(name)
         self.ops.append(entry)
         return name
+
+    def _nonempty(self, inputs: Sequence[Operand], attrs: dict | None, shape: Sequence[int] | None,
+                  dtype: str | None) -> tuple[str, list[Operand], dict | None]:
+        """(op, operands, attributes) of a concat less its zero-element operands (all
+        of them when every one is empty: the result may still have a shape of its
+        own): a ``reshape`` view when one is left of the stated type."""
+        kept = [i for i in inputs if not isinstance(i, str) or self.types[i].numel]
+        if not kept:
+            return "concat", list(inputs), attrs
+        if len(kept) == 1 and isinstance(kept[0], str):
+            t = self.types[kept[0]]
+            if (shape is None or tuple(shape) == t.shape) and dtype in (None, t.dtype):
+                return "reshape", kept, {"shape": list(t.shape)}
+        return "concat", kept, attrs
 
     def custom(self, name: str, kind: str, inputs: Sequence[str], shape: Sequence[int], dtype: str,
                attrs: dict | None = None) -> str:
@@ -302,12 +326,31 @@ class GraphBuilder:
     def result(self, outputs: Sequence[str], renamed: dict[str, str] | None = None) -> ImportResult:
         """The finished graph; ``outputs`` are tensor names (duplicates are dropped).
         It says format 1.1 where it uses what 1.1 adds (values, ops, dtypes)."""
+        self._drop_unread_empty(outputs)
         graph = {"format": 1, "name": self.name, "source": self.source, "inputs": self.inputs,
                  "ops": self.ops, "outputs": list(dict.fromkeys(outputs))}
         if self.values or format_1_1_feature(graph) is not None:
             graph["format"] = 1.1
         self.summary.graph_ops = len(self.ops)
         return ImportResult(graph, self.summary, self.values, renamed or {}, self.hooks)
+
+    def _drop_unread_empty(self, outputs: Sequence[str]) -> None:
+        """Drops the ops with zero-element results that no op reads and that are no
+        output (an empty slice whose concat dropped it), and the ops only they read:
+        they compute and move nothing, and each would double the groups of its region.
+        Ops the source itself leaves unread stay (the report names dead code)."""
+        read, freed = set(outputs), set()  # read by a kept op; read only by dropped ones so far
+        kept = []
+        for entry in reversed(self.ops):
+            name = entry["name"]
+            if name not in read and (name in freed or not self.types[name].numel):
+                del self.types[name]
+                self.hooks.pop(name, None)
+                freed.update(i for i in entry["inputs"] if isinstance(i, str))
+                continue
+            kept.append(entry)
+            read.update(i for i in entry["inputs"] if isinstance(i, str))
+        self.ops[:] = reversed(kept)
 
 
 def sanitize(name: str) -> str:

@@ -57,7 +57,8 @@ the same sets. So does an op a contraction or attention anchor would have to wri
 where its kind may not (``_Search.unwritable``), with what only it reaches. Each
 emitted group is decided (legality, then its objective) once per
 ``Group.signature``: the repeated layers of a network have the same groups up to
-names, and legality and cost read nothing else.
+names, and legality and cost read nothing else. A signature is computed only for a
+group whose members' op keys an earlier group had (``_Search.decide``).
 
 Each anchor's search is a resumable job; the state budget is shared out in passes
 (``enumerate_candidates``).
@@ -110,7 +111,7 @@ class _Job:
 # machine: 6-13 us a unit on the corpus, the ladder and 14 sibling slices, where a state
 # alone costs 60-430 us): a state visited, a hull checked, and, weighted by what each
 # costs, a group of a new signature decided (checked and priced) and a legal group
-# emitted (its signature computed, about 35 us on GPT-2 48L).
+# emitted (about 35 us on GPT-2 48L, when its signature was computed).
 CANDIDATE_WORK = 30
 SIGNATURE_WORK = 3
 # Work one anchor may do (the real graphs of graphs/ need at most ~500,000), so that a
@@ -192,6 +193,11 @@ class _Search:
                           | classes.get("window", 0)) & graph.compute_mask
         self.hull_ok: dict[int, bool] = {}
         self.decided: dict[tuple, tuple[bool, int]] = {}  # Group.signature -> (legal, objective)
+        # members' op keys -> the first group of those keys and its decision, until a
+        # second group has them too (then None): only then are signatures computed (one
+        # costs about a fifth of a decision, and most groups of a searched layer have
+        # keys no other group has: 62% on Phi-2 2L)
+        self.first: dict[tuple, tuple[int, int, tuple[bool, int]] | None] = {}
         self.leaking: dict[tuple[int, int], bool] = {}
         self.leak_masks: dict[int, tuple[int, int]] = {}  # element count -> ops that leak it, ops that do not
         self.recomputable = graph.recomputable_mask if recompute else 0
@@ -348,12 +354,7 @@ class _Search:
         """Decides the group ``hull`` recomputing ``recomputed`` (legality, then its
         objective, once per ``Group.signature``) and adds it if legal."""
         group = Group(self.graph, hull, recomputed)
-        key = group.signature
-        decided = self.decided.get(key)
-        if decided is None:
-            legal = is_legal(group, self.hw, self.max_ops)
-            decided = self.decided[key] = (legal, objective(group, self.hw, self.kind) if legal else 0)
-            self.work += CANDIDATE_WORK
+        decided = self.decide(group)
         if decided[0]:
             self.found.append(len(self.masks))
             self.masks.append(mask)
@@ -363,6 +364,33 @@ class _Search:
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
                 raise _Stop
+
+    def decide(self, group: Group) -> tuple[bool, int]:
+        """(legal, objective) of ``group``, memoised per ``Group.signature``. Equal
+        signatures have equal op keys member by member, so a group whose members'
+        keys no earlier group had is decided without its signature; the first
+        group of some keys has its signature computed when a second one comes."""
+        g = self.graph
+        keys = tuple([g.op_keys[i] for i in group.indices])
+        if keys not in self.first:
+            decided = self.decision(group)
+            self.first[keys] = (group.mask, group.recomputed, decided)
+            return decided
+        earlier = self.first[keys]
+        if earlier is not None:
+            mask, recomputed, decided = earlier
+            self.decided[Group(g, mask, recomputed).signature] = decided
+            self.first[keys] = None
+        decided = self.decided.get(group.signature)
+        if decided is None:
+            decided = self.decided[group.signature] = self.decision(group)
+        return decided
+
+    def decision(self, group: Group) -> tuple[bool, int]:
+        """(legal, objective) of ``group``, computed."""
+        legal = is_legal(group, self.hw, self.max_ops)
+        self.work += CANDIDATE_WORK
+        return legal, objective(group, self.hw, self.kind) if legal else 0
 
     def reachable(self, job: _Job, ops: int) -> int:
         """``ops`` less those no set holding the job's anchor can take: the convex hull
