@@ -69,7 +69,8 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     plan : Plan
         From :func:`partitioner.partition`.
     a, b : str
-        Op names; composites are named by their parts (``softmax:max``).
+        Op names; a composite's parts are named ``COMPOSITE:part`` (``sm:max`` for
+        a softmax ``sm``).
 
     Returns
     -------
@@ -101,7 +102,8 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
             close = difflib.get_close_matches(name, g.ops, n=3)
             hint = f"; close: {', '.join(map(repr, close))}" if close else ""
             raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
-                             f"(composites are named by their parts, e.g. 'softmax:max'{hint})")
+                             f"(a composite op's parts are named COMPOSITE:part, e.g. 'sm:max' for a softmax 'sm'"
+                             f"{hint})")
     groups = [c.group for c in plan.cost.groups]
     held = holders(groups)
     shared = sorted(set(held[a]) & set(held[b]))

@@ -137,7 +137,8 @@ def _groups_table(plan: Plan, width: int) -> str:
     compact = (["#", "kind", "ops", "MB", "time us", "budgets"],
                [[str(k), g.kind, _ops_summary(g.ops), _mb(g.bytes), f"{g.modeled_time_us:,.2f}", _over(g.budgets)]
                 for k, g in kernels])
-    title = f"Fusion groups of the {plan.strategy} plan (times {_MODELLED})"
+    title = (f"Fusion groups of the {plan.strategy} plan (#: position in launch order, as in --format json; the "
+             f"missing numbers are groups of views alone, listed under views; times {_MODELLED})")
     return table_text(title, [full, compact], {"ops"}, width, {"kind", "budgets"})
 
 
