@@ -482,9 +482,10 @@ class _Search:
                              (position.get(g.index.get(tensor), -1), self._storage(storage, position, outside), key)
                              for tensor, storage, key in g.operand_keys[i])
             readers = g.readers_of[i]
-            inside = tuple(position[r] for r in bits(readers) if r in position)
+            # masked first: a tensor every layer reads has readers (and neighbours) in all
+            inside = tuple(position[r] for r in bits(readers & hull))
             role = (i in seeds) + 2 * (i in reached)
-            near = tuple(position[j] for j in bits(self.adj[i]) if j in seeds or j in reached) if role else ()
+            near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
                         near, self._reentry(i, hull, position)))
         self.work += len(region)
