@@ -47,7 +47,7 @@ budget.ops                       more ops than the group size cap
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -596,7 +596,9 @@ def check_covering(graph: Graph, groups: list[list[str]]) -> int:
     seen: dict[str, int] = {}
     recomputed = 0
     for k, ops in enumerate(groups):
-        if isinstance(ops, str) or not isinstance(ops, Iterable):
+        # a collection, not any iterable: the groups are read again below, and a
+        # generator read twice would leave an empty group behind without a word
+        if isinstance(ops, str) or not isinstance(ops, Collection):
             raise TypeError(f"group {k} is {type(ops).__name__} {ops!r}, not a list of op names")
         ops = list(ops)
         if not ops:

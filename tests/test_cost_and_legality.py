@@ -117,6 +117,11 @@ def test_a_plan_that_is_no_list_of_groups_is_a_type_error_that_says_so(groups, m
     assert str(info.value) == message
 
 
+def test_a_group_given_as_a_generator_is_refused_not_read_twice_into_an_empty_group():
+    with pytest.raises(TypeError, match=r"^group 1 is generator <generator object .*>, not a list of op names$"):
+        evaluate(chain(), [["a"], (n for n in ["b"])])
+
+
 def test_composites_are_named_by_primitives():
     g = make_graph({"x": [4, 8]}, [op("s", "softmax", ["x"])], ["s"])
     assert g.composites["s"] == ["s:max", "s:shift", "s:exp", "s:sum", "s"]
