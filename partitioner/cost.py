@@ -396,6 +396,44 @@ def flops_once(graph, op) -> int:
     return counts[op.name]
 
 
+#: Objectives under which a free prologue (:func:`free_prologues`) costs nothing.
+FREE_PROLOGUE_OBJECTIVES = ("time", "traffic")
+
+
+def free_prologues(graph) -> dict[int, int]:
+    """Ops that a group holding all their readers takes in at no cost under the
+    ``time`` and ``traffic`` objectives, as op index -> bitset of its readers,
+    computed once per graph: an op of no FLOP (the transpose of a weight that only a
+    matmul reads, which a GEMM does as it loads its B operand, as cuBLAS's ``transb``)
+    whose operands are graph inputs that nothing else reads, whose result has
+    elements and is no graph output, and whose readers each touch all of that
+    result, no fewer bytes than the op touches of its operands.
+
+    Taken into a group with its readers, such an op reads its operands where the
+    group read its result (no more bytes), computes no FLOP, is not written and adds
+    no launch, so the group's time and traffic stay the same or fall. Left out, it
+    shares a tensor with no op outside that group, so it is a kernel of its own.
+    (Under ``energy`` the on-chip bytes it moves count, so this does not hold there.)
+    """
+    found = graph.cache.get("free_prologues")
+    if found is None:
+        found = graph.cache["free_prologues"] = {
+            i: graph.readers_of[i] for i, op in enumerate(graph.ops.values()) if _free_prologue(graph, i, op)}
+    return found
+
+
+def _free_prologue(g, i: int, op) -> bool:
+    if op.is_view or flops_once(g, op) or g.writes_out[i] or not op.out.numel or not g.readers_of[i]:
+        return False
+    touched = 0
+    for base in g.storage_reads[op.name]:
+        if g.producer(base) is not None or g.storage_readers[base] != 1 << i:
+            return False
+        touched += min(g.tensor(base).nbytes, g.touched_bytes(op.name, base))
+    size = op.out.nbytes
+    return touched <= size and all(g.touched_bytes(r, op.name) >= size for r in g.names(g.readers_of[i]))
+
+
 def op_flops(group: Group) -> dict[str, int]:
     """FLOP per compute op of the group: the registry's count for one result, scaled
     to the elements the kernel computes (:func:`op_executions`), rounded up."""
@@ -552,8 +590,11 @@ def objective(group: Group, hw: Hardware, kind: str = "time") -> int:
         return group.launches * launch.numerator + memory
     if kind != "time":
         raise ValueError(f"unknown objective {kind!r} (known: {', '.join(OBJECTIVES)})")
-    compute = sum(flops * hw.flop_units(*unit) for unit, flops in _flops_per_unit(group).items())
-    return group.launches * launch.numerator + max(memory, math.ceil(compute))
+    # the FLOP at each unit's peak, summed over a common denominator: whole numbers only
+    rates = [(flops, hw.flop_units(*unit)) for unit, flops in _flops_per_unit(group).items()]
+    common = math.lcm(*[rate.denominator for _, rate in rates])
+    compute = sum([flops * rate.numerator * (common // rate.denominator) for flops, rate in rates])
+    return group.launches * launch.numerator + max(memory, -(-compute // common))
 
 
 def _flops_per_unit(group: Group) -> dict[tuple[str, bool], int]:
@@ -1051,25 +1092,25 @@ def _peak_live_values(group: Group) -> int:
     """Registers for values alive at once, walking the group's ops in order: a value is
     live from its first use (an outside value) or its op (a member's) through its last
     use in the group (a member's value nothing in the group reads, at its op only)."""
-    words, operands = _value_words(group.graph)
-    names = [op.name for op in group.compute]
-    last_use: dict[str, int] = {}
-    for position, name in enumerate(names):
-        for base in operands[name]:
+    g = group.graph
+    words, operands = _value_words(g)
+    inside = group.mask & g.compute_mask
+    members = bits(inside)
+    last_use: dict[int, int] = {}
+    for position, i in enumerate(members):
+        for base in operands[i]:
             last_use[base] = position
-    members = set(names)
-    live: set[str] = set()
-    ending: dict[int, list[str]] = {}  # position -> values whose last use it is
+    outside: set[int] = set()  # outside values already live
+    ending: dict[int, list[int]] = {}  # position -> values whose last use it is
     total = peak = 0
-    for position, name in enumerate(names):
-        for base in operands[name]:
-            if base not in live and base not in members:
-                live.add(base)
+    for position, i in enumerate(members):
+        for base in operands[i]:
+            if base not in outside and not inside >> base & 1:
+                outside.add(base)
                 total += words[base]
                 ending.setdefault(last_use[base], []).append(base)
-        live.add(name)
-        total += words[name]
-        ending.setdefault(max(position, last_use.get(name, -1)), []).append(name)
+        total += words[i]
+        ending.setdefault(max(position, last_use.get(i, -1)), []).append(i)
         if total > peak:
             peak = total
         for base in ending.pop(position, ()):
@@ -1077,14 +1118,17 @@ def _peak_live_values(group: Group) -> int:
     return peak
 
 
-def _value_words(g) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+def _value_words(g) -> tuple[list[int], tuple[tuple[int, ...], ...]]:
     """(registers per value of each storage, each op's distinct operand storages in
-    operand order), computed once per graph for :func:`_peak_live_values`."""
+    operand order), computed once per graph for :func:`_peak_live_values`. A storage
+    is numbered by its op's index, a graph input after the ops."""
     found = g.cache.get("value_words")
     if found is None:
-        storages = {name: _words(g.tensor(name).dtype) for name in (*g.inputs, *g.ops)}
-        operands = {op.name: tuple(dict.fromkeys(g.storage[t] for t in op.tensor_inputs)) for op in g.ops.values()}
-        found = g.cache["value_words"] = (storages, operands)
+        number = {name: k for k, name in enumerate((*g.order, *g.inputs))}
+        words = [_words(g.tensor(name).dtype) for name in number]
+        operands = tuple(tuple(number[base] for base in dict.fromkeys(g.storage[t] for t in op.tensor_inputs))
+                         for op in g.ops.values())
+        found = g.cache["value_words"] = (words, operands)
     return found
 
 

@@ -180,7 +180,8 @@ class Graph:
     @cached_property
     def operand_keys(self) -> tuple[tuple[tuple, ...], ...]:
         """Per op index, its operands as ``Group.signature`` reads them: a literal as
-        ``(None, None, (type, repr))``; a tensor as ``(tensor, storage, key)``, the key
+        ``(None, None, (type, repr))``; a tensor as ``(producer, storage, key)`` (the
+        producer's op index, ``None`` for a graph input), the key
         a small int naming how it is read from outside a group that does not produce
         it (its type, its storage's type and the views, by ``op_keys``, from its
         storage to it: equal keys, equal memory read the same way)."""
@@ -191,7 +192,14 @@ class Graph:
         key = {name: ids.setdefault(repr((self.tensor(name), self.tensor(self.storage[name]), chain[name])), len(ids))
                for name in chain}
         return tuple(tuple((None, None, (type(t).__name__, repr(t))) if not isinstance(t, str)
-                           else (t, self.storage[t], key[t]) for t in op.inputs) for op in self.ops.values())
+                           else (self.index.get(t), self.storage[t], key[t]) for t in op.inputs)
+                     for op in self.ops.values())
+
+    @cached_property
+    def input_producers(self) -> tuple[tuple[int, ...], ...]:
+        """Per op index, the indices of the ops producing its tensor operands (graph
+        inputs left out), in first-use order."""
+        return tuple(tuple(self.index[t] for t in op.tensor_inputs if t in self.ops) for op in self.ops.values())
 
     @cached_property
     def sink_mask(self) -> int:

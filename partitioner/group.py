@@ -90,17 +90,19 @@ class Group:
         candidate enumeration and the baselines' merges decide each signature once.
         (Whether a group is convex depends on paths outside it, which the signature
         does not hold.)"""
-        g = self.graph
+        g, mask = self.graph, self.mask
         members = self.indices
-        local = {name: k for k, name in enumerate(self.ops)}
-        written = set(self.writes)
+        local = {i: k for k, i in enumerate(members)}
+        index = g.index
+        written = {index[name] for name in self.writes}
         outside: dict[str, int] = {}
         out = []
         for i in members:
-            operands = tuple([key if tensor is None else local[tensor] if tensor in local
+            operands = tuple([key if storage is None else local[producer]
+                              if producer is not None and mask >> producer & 1
                               else (outside.setdefault(storage, len(outside)), key)
-                              for tensor, storage, key in g.operand_keys[i]])
-            out.append((g.op_keys[i], operands, g.order[i] in written))
+                              for producer, storage, key in g.operand_keys[i]])
+            out.append((g.op_keys[i], operands, i in written))
         return tuple(out)
 
     @cached_property
@@ -201,21 +203,24 @@ class Group:
         """Tensor -> reduction stage: how many reductions of this group lie on the
         longest path to it (external tensors are stage 0). A reduction of stage-k
         inputs produces stage k+1; ops run in the stage of their latest input."""
-        return self._stages[0]
+        order = self.graph.order
+        return {order[i]: s for i, s in self._stages[0].items()}
 
     @cached_property
-    def _stages(self) -> tuple[dict[str, int], dict[str, int]]:
-        """(:attr:`stages`, each member's run stage), in one pass; with no reduction,
-        every stage is 0."""
+    def _stages(self) -> tuple[dict[int, int], dict[str, int]]:
+        """(each member's result stage by op index, each member's run stage by name),
+        in one pass; with no reduction, every stage is 0."""
         g = self.graph
-        if not self.mask & g.class_masks.get("reduction", 0):
-            return dict.fromkeys(self.ops, 0), dict.fromkeys(self.ops, 0)
-        stage: dict[str, int] = {}
+        reductions = self.mask & g.class_masks.get("reduction", 0)
+        if not reductions:
+            return dict.fromkeys(self.indices, 0), dict.fromkeys(self.ops, 0)
+        order, producers = g.order, g.input_producers
+        stage: dict[int, int] = {}
         runs: dict[str, int] = {}
-        for name in self.ops:
-            op = g.ops[name]
-            s = runs[name] = max((stage.get(t, 0) for t in op.tensor_inputs), default=0)
-            stage[name] = s + 1 if op.op_class == "reduction" else s
+        for i in self.indices:
+            s = max([stage.get(j, 0) for j in producers[i]], default=0)
+            runs[order[i]] = s
+            stage[i] = s + (reductions >> i & 1)
         return stage, runs
 
     def run_stage(self, op: Op) -> int:

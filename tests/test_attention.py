@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from partitioner import IllegalPlan, PROFILES, evaluate, load_graph, partition
 from partitioner.attention import pairs, structure
-from partitioner.cost import group_cost
+from partitioner.cost import free_prologues, group_cost
 from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import check_acyclic, check_group
@@ -273,6 +273,36 @@ def legal_groups(graph, recompute=True):
     (compute-op mask, values written) pairs: recomputing a member nothing outside
     reads changes nothing."""
     return {(group.compute_mask, frozenset(group.writes)) for group in legal_variants(graph, recompute=recompute)}
+
+
+def needed_groups(graph, recompute=False):
+    """What the enumeration must find under the time and traffic objectives: the
+    :func:`legal_groups` less, without ``recompute``, each group of two or more ops that
+    holds every reader of a free prologue (``cost.free_prologues``) but not it, where the group
+    with all such prologues is legal too (it costs no more:
+    ``test_optimality.test_a_free_prologue_left_out_saves_nothing``). The enumeration
+    may keep some of those (a prologue outside the region of the search that finds
+    the group), never fewer."""
+    legal = legal_groups(graph, recompute)
+    if recompute:
+        return legal
+    free = free_prologues(graph)
+    masks = {mask for mask, _ in legal}
+
+    def dominated(mask):
+        absent = sum(1 << t for t, readers in free.items() if not mask >> t & 1 and readers & mask == readers)
+        return mask & (mask - 1) and absent and mask | absent in masks  # an op alone is kept
+
+    return {(mask, writes) for mask, writes in legal if not dominated(mask)}
+
+
+def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
+    """The enumeration ``found`` is complete, finds each group once, every
+    :func:`needed_groups` group, and only legal groups. Returns its groups."""
+    pairs = found_groups(graph, found)
+    assert found.complete and len(pairs) == len(set(pairs))
+    assert needed_groups(graph, recompute) <= set(pairs) <= legal_groups(graph, recompute)
+    return set(pairs)
 
 
 def found_groups(graph, found):

@@ -20,8 +20,8 @@ from partitioner.strategies.candidates import enumerate_candidates
 
 from .conftest import ROOT, make_graph, op
 from .test_cuda_emulated import check
-from .test_attention import found_groups
-from .test_optimality import assert_ilp_exact, legal_groups
+from .test_attention import assert_finds_the_needed_groups, legal_groups, needed_groups
+from .test_optimality import assert_ilp_exact
 
 H100 = load_hardware("h100")
 
@@ -103,7 +103,8 @@ def test_the_ilp_equals_the_brute_force_over_plans_with_siblings(dtype):
     g = qkv(dtype=dtype, m=512, k=256, n=(256, 128, 64))
     assert_ilp_exact(g)
     found = enumerate_candidates(g, H100, 64)
-    assert found.complete and set(found_groups(g, found)) == legal_groups(g, False)
+    # wqt, a free prologue, prunes the groups of q without it
+    assert assert_finds_the_needed_groups(g, found) == needed_groups(g) < legal_groups(g, False)
     plan = partition(g, "ilp")
     assert any(sum(o in ops for o in ("q", "kk", "v")) > 1 for ops in plan.groups), plan.groups
 

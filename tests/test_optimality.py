@@ -8,6 +8,7 @@ recomputation, decide plans."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import IllegalPlan, evaluate, load_graph, load_hardware, partition
-from partitioner.cost import OBJECTIVES, display_value, objective
+from partitioner.cost import FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, objective
 from partitioner.group import Group
 from partitioner.legality import is_legal
 from partitioner.strategies.candidates import enumerate_candidates
@@ -25,7 +26,8 @@ from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
 from .random_graphs import repeated_graphs, small_graphs
-from .test_attention import best_covering, convex_groups, found_groups, legal_groups
+from .test_attention import (assert_finds_the_needed_groups, best_covering, convex_groups, found_groups,
+                             legal_groups, legal_variants, needed_groups)
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100")
@@ -102,10 +104,87 @@ def test_enumeration_finds_every_legal_group_once(recompute, graph):
     subset (and with ``recompute`` every choice of members recomputed); every
     pruning rule of the search (hereditary hulls, must-writes, leaking pointwise
     members) is checked by this."""
-    found = enumerate_candidates(graph, H100, 64, recompute=recompute)
-    pairs = found_groups(graph, found)
-    assert found.complete and len(pairs) == len(set(pairs))
-    assert set(pairs) == legal_groups(graph, recompute)
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64, recompute=recompute), recompute)
+
+
+def assert_free_prologues_save_nothing(graph) -> int:
+    """The facts the enumeration's dominance rests on (``cost.free_prologues``), by
+    brute force over every legal group: a free prologue shares a legal group with no
+    op but its readers (left out of their group, it is a kernel of its own), and a
+    legal group holding all its readers costs no less, in time and traffic on either
+    profile, without it than with it, when that group is legal. Returns how many
+    such pairs of groups were compared."""
+    legal = {group.compute_mask: group for group in legal_variants(graph, recompute=False)}
+    compared = 0
+    for t, readers in free_prologues(graph).items():
+        for mask, group in legal.items():
+            if mask >> t & 1:
+                assert mask == 1 << t or mask & readers, group.ops
+            elif readers & mask == readers and mask | 1 << t in legal:
+                with_it = legal[mask | 1 << t]
+                for hw, kind in itertools.product((H100, SLOW), FREE_PROLOGUE_OBJECTIVES):
+                    assert objective(with_it, hw, kind) <= objective(group, hw, kind), (group.ops, hw.name, kind)
+                compared += 1
+    return compared
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=7))
+def test_a_free_prologue_left_out_saves_nothing(graph):
+    assert_free_prologues_save_nothing(graph)
+
+
+def test_a_transposed_weight_is_a_free_prologue_of_its_matmul():
+    """Weights transposed for a matmul (as ``torch.nn.Linear`` exports): ``wt``, and
+    ``ut``, read by two ops, are free prologues; ``vt``, a graph output, and ``st``,
+    which a slice reads in part, are not. The enumeration drops the groups holding
+    the readers of a free prologue without it, and the plan stays exact."""
+    g = make_graph({"x": [64, 32], "w": [48, 32], "u": [48, 32], "v": [48, 32], "s": [96, 32]}, [
+        op("wt", "transpose", ["w"], perm=[1, 0]), op("mm", "matmul", ["x", "wt"]), op("y", "relu", ["mm"]),
+        op("ut", "transpose", ["u"], perm=[1, 0]), op("m2", "matmul", ["x", "ut"]), op("z", "add", ["ut", 1.0]),
+        op("vt", "transpose", ["v"], perm=[1, 0]), op("m3", "matmul", ["x", "vt"]),
+        op("st", "transpose", ["s"], perm=[1, 0]), op("sl", "slice", ["st"], starts=[0, 0], ends=[32, 48]),
+        op("m4", "matmul", ["x", "sl"])], ["y", "m2", "z", "m3", "vt", "m4"])
+    assert sorted(g.order[t] for t in free_prologues(g)) == ["ut", "wt"]
+    assert assert_free_prologues_save_nothing(g) > 0
+    found = enumerate_candidates(g, H100, 64)
+    assert assert_finds_the_needed_groups(g, found) == needed_groups(g)
+    assert g.mask(["mm", "y"]) not in found.masks and g.mask(["wt", "mm", "y"]) in found.masks
+    assert g.mask(["mm", "y"]) in enumerate_candidates(g, H100, 64, kind="energy").masks  # on-chip bytes count there
+    assert_ilp_exact(g)
+
+
+def test_a_weight_another_op_reads_is_no_free_prologue_in_a_replayed_layer():
+    """``matmul(x, transpose(w0))`` and ``matmul(z, transpose(w1))``, where a
+    reduction also reads ``w1`` (a tied weight): ``transpose(w0)`` is a free prologue,
+    ``transpose(w1)`` is not. The two matmuls' searches would otherwise have one
+    structure, and the second would take the first's groups, without its matmul and
+    epilogue."""
+    g = make_graph({"x": [64, 32], "z": [64, 32], "w0": [32, 32], "w1": [32, 32]}, [
+        op("t0", "transpose", ["w0"], perm=[1, 0]), op("m0", "matmul", ["x", "t0"]), op("y0", "relu", ["m0"]),
+        op("t1", "transpose", ["w1"], perm=[1, 0]), op("m1", "matmul", ["z", "t1"]), op("y1", "relu", ["m1"]),
+        op("e", "reduce_sum", ["w1"], axes=[1])], ["y0", "y1", "e"])
+    assert [g.order[t] for t in free_prologues(g)] == ["t0"]
+    found = enumerate_candidates(g, H100, 64)
+    assert_finds_the_needed_groups(g, found)
+    assert g.mask(["m1", "y1"]) in found.masks and g.mask(["m0", "y0"]) not in found.masks
+
+
+def test_a_free_prologue_outside_a_search_prunes_nothing_it_replays():
+    """Two copies of ``slice -> exp -> exp``: the first slices a graph input (a free
+    prologue of its ``exp``), the second another op's result. The searches from each
+    ``exp`` cannot take the slice before them and have one structure, so the second
+    takes the first's groups mapped over: neither drops a group for a prologue outside
+    its region, or the second would lose its ``exp`` alone, which it needs."""
+    ops = []
+    for k, source in enumerate(("x", "l0_y")):
+        ops += [op(f"l{k}_s", "slice", [source], starts=[0], ends=[256], axes=[-1]),
+                op(f"l{k}_a", "exp", [f"l{k}_s"]), op(f"l{k}_b", "exp", [f"l{k}_a"]), op(f"l{k}_y", "exp", ["y"])]
+    g = make_graph({"x": [256, 512], "y": [256, 512]}, ops, ["l0_y", "l1_y", "l0_b", "l1_b"])
+    assert [g.order[t] for t in free_prologues(g)] == ["l0_s"]
+    found = enumerate_candidates(g, H100, 64)
+    assert_finds_the_needed_groups(g, found)
+    assert g.mask(["l1_a", "l1_b"]) in found.masks and found.replayed
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -132,10 +211,7 @@ def test_repeated_blocks_are_searched_once_and_every_legal_group_is_found(recomp
     copy whose search has the structure of an earlier one's take its candidates
     mapped over instead of searching, and the candidates are still exactly the legal
     groups found by brute force over every subset."""
-    found = enumerate_candidates(graph, H100, 64, recompute=recompute)
-    pairs = found_groups(graph, found)
-    assert found.complete and len(pairs) == len(set(pairs))
-    assert set(pairs) == legal_groups(graph, recompute)
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64, recompute=recompute), recompute)
 
 
 def test_repeated_layers_are_decided_once_and_found_as_a_fresh_search_finds_them(monkeypatch):
@@ -183,9 +259,7 @@ def test_sets_convex_only_once_grown_are_found():
            op("tanh", "tanh", ["scaled"]), op("plus", "add", ["tanh", 1.0]), op("gelu", "mul", ["half", "plus"]),
            op("mm", "matmul", ["gelu", "w"])]
     graph = make_graph({"x": [256, 512], "w": [512, 512]}, ops, ["mm"])
-    found = enumerate_candidates(graph, H100, 64)
-    pairs = found_groups(graph, found)
-    assert set(pairs) == legal_groups(graph, False) and len(pairs) == len(set(pairs))
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64))
 
 
 def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(monkeypatch):
@@ -215,7 +289,7 @@ def test_a_shared_pointwise_producer_read_by_every_layer_prunes_without_loss(mon
 
     monkeypatch.setattr(candidates._Search, "search", counted)
     pruned = enumerate_candidates(graph, H100, 64)
-    assert set(found_groups(graph, pruned)) == legal_groups(graph, False)
+    assert_finds_the_needed_groups(graph, pruned)
     monkeypatch.setattr(candidates._Search, "leaks", lambda self, i, numel: False)
     grown = enumerate_candidates(graph, H100, 64)
     assert set(grown.masks) == set(pruned.masks)
@@ -273,7 +347,7 @@ def test_a_table_every_layer_reads_leaves_the_first_layers_reach(monkeypatch):
     from partitioner.strategies import candidates
 
     pruned = enumerate_candidates(graph, H100, 64)
-    assert set(found_groups(graph, pruned)) == legal_groups(graph, False)
+    assert_finds_the_needed_groups(graph, pruned)
     monkeypatch.setattr(candidates._Search, "unwritable", lambda self, job, reach: 0)
     kept = enumerate_candidates(graph, H100, 64)
     assert sorted(zip(kept.masks, kept.costs)) == sorted(zip(pruned.masks, pruned.costs))

@@ -1,9 +1,9 @@
 """Exhaustive enumeration of candidate fusion groups for the ILP.
 
 A candidate is a set of compute ops whose group (their convex hull, which adds the
-views between them) ``legality`` accepts. Every legal group is produced exactly once, so a
-set-partitioning model over the candidates has the optimum of the problem over
-all legal plans.
+views between them) ``legality`` accepts. Every legal group is produced exactly once,
+but for groups a free prologue dominates (below), so a set-partitioning model over the
+candidates has the optimum of the problem over all legal plans.
 
 Legal groups are connected, so they are enumerated as connected sets with ESU
 (Wernicke, "Efficient detection of network motifs", IEEE/ACM TCBB 2006): a set is
@@ -44,6 +44,14 @@ A branch of the search is cut only when no set in it can be legal:
   count leave (it must be written, or one of its readers leaks). So a small table
   every layer reads (RoPE's cos and sin) is not grown into each layer's prologue.
 
+Under the ``time`` and ``traffic`` objectives, without ``recompute``, a set of two or
+more ops that holds every reader of a *free prologue* of its search's region
+(``cost.free_prologues``: a weight's transpose that only a matmul reads) but not the
+prologue is no candidate when the set with all such prologues is a legal group
+(:meth:`_Search.dominated`): that group costs no more, and the prologue left out
+would be a kernel of its own, so some optimal plan never needs the smaller set
+(``docs/strategies.md``).
+
 With ``recompute``, a set holding recomputable ops (``Graph.recomputable_mask``) is a
 candidate once per choice of the members it recomputes (:meth:`_Search.variants`);
 the branch's hull leaves out the paths out of recomputable members (their outside
@@ -73,7 +81,7 @@ from typing import Callable
 
 from .. import horizontal
 from ..attention import Pair, pairs
-from ..cost import objective
+from ..cost import FREE_PROLOGUE_OBJECTIVES, free_prologues, objective
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
@@ -206,6 +214,16 @@ class _Search:
         # each variant that writes it is checked against its full hull (emit)
         self.below = tuple(graph.view_closure[i] if self.recomputable >> i & 1 else d
                            for i, d in enumerate(graph.descendants_mask))
+        # ops a group holding all their readers takes in at no cost (cost.free_prologues):
+        # a group that leaves them out is not a candidate when the group with them is one
+        self.free = free_prologues(graph) if kind in FREE_PROLOGUE_OBJECTIVES and not recompute else {}
+        self.free_read: dict[int, list[int]] = {}  # reader -> the free prologues it reads
+        for t, readers in self.free.items():
+            for r in bits(readers):
+                self.free_read.setdefault(r, []).append(t)
+        self.absorbing = sum(1 << r for r in self.free_read)
+        self.taken_in: dict[int, bool] = {}  # a set with its free prologues -> its group is legal
+        self.region = 0  # the running job's region (_Search.structure), as a bitset
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.recomputed: list[int] = []
@@ -323,6 +341,8 @@ class _Search:
         g = self.graph
         if (hull ^ mask) & g.compute_mask:
             return  # not convex: the hull takes in another compute op
+        if mask & self.absorbing and mask & (mask - 1) and self.dominated(mask):
+            return  # (an op alone is kept: the ilp starts from one group per op)
         if not mask & self.recomputable:
             self.add(mask, hull, 0)
             return
@@ -330,6 +350,27 @@ class _Search:
             real = g.convex_hull(mask, recomputed)
             if not (real ^ mask) & g.compute_mask:
                 self.add(mask, real, recomputed)
+
+    def dominated(self, mask: int) -> bool:
+        """Whether ``mask`` leaves out free prologues (``cost.free_prologues``) of the
+        running job's region whose readers it all holds, and its group with all of them
+        is legal. That group costs no more, and in a plan holding this one each
+        prologue left out is a kernel of its own: moving them in gives a plan no worse,
+        so this set is not needed. (The larger group is connected and convex, so the
+        enumeration finds it. Only the region's prologues count: its structure records
+        them, so a job that takes this one's candidates mapped over drops the same.)"""
+        absent = 0
+        for r in bits(mask & self.absorbing):
+            for t in self.free_read[r]:
+                if self.region >> t & 1 and not mask >> t & 1 and self.free[t] & mask == self.free[t]:
+                    absent |= 1 << t
+        if not absent:
+            return False
+        full = mask | absent
+        legal = self.taken_in.get(full)
+        if legal is None:
+            legal = self.taken_in[full] = self.decide(Group(self.graph, self.graph.convex_hull(full)))[0]
+        return legal
 
     def variants(self, mask: int) -> list[int]:
         """The choices of members a group of ``mask`` recomputes, as bitsets: a set of
@@ -457,7 +498,8 @@ class _Search:
         and its storage's, or a number for a storage produced outside ``H``, with
         ``Graph.operand_keys``' read key), its readers in ``H``, whether it has any
         outside ``H`` or is a graph output, whether it is in the seed or the reach,
-        and its neighbours there.
+        its neighbours there, and whether it is a free prologue (which decides what
+        :meth:`dominated` drops).
 
         Two jobs of one kind with equal structures emit the same candidates up to the
         order-preserving map between their regions, at the same costs: a candidate is
@@ -478,16 +520,16 @@ class _Search:
         outside: dict[str, int] = {}
         ops = []
         for i in region:
-            operands = tuple(key if tensor is None else
-                             (position.get(g.index.get(tensor), -1), self._storage(storage, position, outside), key)
-                             for tensor, storage, key in g.operand_keys[i])
+            operands = tuple(key if storage is None else
+                             (position.get(producer, -1), self._storage(storage, position, outside), key)
+                             for producer, storage, key in g.operand_keys[i])
             readers = g.readers_of[i]
             # masked first: a tensor every layer reads has readers (and neighbours) in all
             inside = tuple(position[r] for r in bits(readers & hull))
             role = (i in seeds) + 2 * (i in reached)
             near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
-                        near, self._reentry(i, hull, position)))
+                        near, self._reentry(i, hull, position), i in self.free))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
 
@@ -662,6 +704,7 @@ def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
         search.check()
         search.found = job.found
         if job.kind == "alone":
+            search.region = 0
             search.emit(job.stack[0], job.stack[0])
             continue
         if job.key is None:
@@ -676,6 +719,7 @@ def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
         share = (search.max_work - search.work) // (len(jobs) - n)
         search.anchor_budget = search.work + max(1, min(MAX_WORK_PER_ANCHOR - job.work, share))
         before = search.work
+        search.region = sum(1 << i for i in job.region)
         try:
             search.search(job)
         except _AnchorFull:

@@ -1,7 +1,8 @@
 """The ``ilp`` strategy: exact set partitioning over every legal group, with CP-SAT.
 
 Model: one boolean per candidate group (``candidates.py`` enumerates every legal
-group); each compute op is covered by exactly one chosen group; minimise the sum
+group, but those a free prologue dominates, which no optimal plan needs); each
+compute op is covered by exactly one chosen group; minimise the sum
 of the chosen groups' exact integer objectives (``cost.objective``: modelled time
 by default, or traffic time, or energy). A group's cost depends only on the group, so the sum is the
 plan's cost and the optimum over complete candidates is the optimum over all
@@ -28,7 +29,8 @@ the cheapest plan under the objective warm-starts each solve (a complete hint, a
 the incumbent it has to beat), so the plan is never costlier than any heuristic's.
 They are computed only once the enumeration has done about the work they cost
 (:data:`HEURISTIC_WORK_PER_OP`), or stopped unfinished; a graph enumerated sooner
-holds their groups among its candidates already, starts from one group per op, and
+holds the groups an optimal plan needs among its candidates already, starts from
+one group per op, and
 falls back on them only if a solve ends unproven. Every
 budget counts work, not seconds: search states in the enumeration, CP-SAT's
 deterministic time in the solve, on one worker with a fixed seed. The same input
