@@ -297,7 +297,7 @@ def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]
     in-group producers) when the values ``written`` leave it."""
     g = group.graph
     order, facts = g.order, _execution_facts(g)
-    staged = group.mask & g.class_masks.get("reduction", 0)  # else every op runs in stage 0
+    runs = group.run_stages if group.mask & g.class_masks.get("reduction", 0) else None  # else all stage 0
     demand: dict[int, dict] = {}  # producer index -> demand per stage, or (stage, contraction)
     executions: dict[str, int] = {}
     for i in reversed(group.indices if members == group.mask else bits(members)):
@@ -313,7 +313,7 @@ def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]
             if not members >> producer & 1:
                 continue
             if key is None:
-                stage = group.run_stage(g.ops[name]) if staged else 0
+                stage = runs[name] if runs else 0
                 key = (stage, i) if contraction else stage
             need = n * factor if factor is not None else _operand_demand(group, g.ops[name], position, n)
             wanted = demand.setdefault(producer, {})
@@ -609,11 +609,12 @@ def _flops_per_unit(group: Group) -> dict[tuple[str, bool], int]:
 # ---------------------------------------------------------------- budgets
 
 
-def budgets(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Budgets:
-    """Estimated shared memory, registers, parameter bytes and op count of ``group``."""
+def budgets(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS, registers_used: int | None = None) -> Budgets:
+    """Estimated shared memory, registers (``registers_used``, when given, in place of
+    :func:`registers`), parameter bytes and op count of ``group``."""
     return Budgets(
         shared_memory=shared_memory(group),
-        registers=registers(group),
+        registers=registers(group) if registers_used is None else registers_used,
         kernel_params=PARAM_BYTES_PER_TENSOR * (len(group.reads) + len(group.writes)),
         ops=len(group.compute),
         shared_memory_limit=hw.smem_per_block_optin_bytes,
@@ -621,6 +622,17 @@ def budgets(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Budge
         kernel_params_limit=hw.kernel_param_bytes,
         ops_limit=max_ops,
     )
+
+
+def budget_overruns(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> list[tuple[str, int, int]]:
+    """(budget, used, limit) for every budget of :func:`budgets` the group exceeds.
+    The register estimate is computed only when a bound on it is over the limit:
+    every value the group uses live at once, two registers each (``legality`` asks
+    this of every candidate group; the walk of :func:`_peak_live_values` costs more
+    than the rest of the budgets)."""
+    bound = _registers(group, 2 * (len(group.compute) + len(group.reads)))
+    found = budgets(group, hw, max_ops, bound if bound <= hw.registers_per_thread else None)
+    return found.over()
 
 
 def row_length(group: Group) -> int:
@@ -1147,9 +1159,14 @@ def registers(group: Group) -> int:
     epilogues: up to head dim 128 the estimate is at or above ptxas' count; at 256
     ptxas takes registers up to the cap of two blocks per SM, 255, without spilling.)
     """
+    return _registers(group, _peak_live_values(group))
+
+
+def _registers(group: Group, live: int) -> int:
+    """:func:`registers` with ``live`` registers of live values."""
     if group.kind == "view":
         return 0
-    count = BASE_REGISTERS + 2 * (len(group.reads) + len(group.writes)) + _peak_live_values(group)
+    count = BASE_REGISTERS + 2 * (len(group.reads) + len(group.writes)) + live
     if group.kind == "contraction":
         count += TILE_M * TILE_N // CONTRACTION_THREADS + TILE_K
     elif group.kind == "attention":

@@ -223,6 +223,11 @@ class Group:
             stage[i] = s + (reductions >> i & 1)
         return stage, runs
 
+    @property
+    def run_stages(self) -> dict[str, int]:
+        """Member name -> the stage it runs in: that of its latest input."""
+        return self._stages[1]
+
     def run_stage(self, op: Op) -> int:
         """The stage a member runs in: that of its latest input."""
         return self._stages[1][op.name]

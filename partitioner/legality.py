@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from . import attention, horizontal
-from .cost import DEFAULT_MAX_OPS, budgets
+from .cost import DEFAULT_MAX_OPS, budget_overruns
 from .errors import IllegalPlan
 from .graph import Graph, Op, bits
 from .group import Group
@@ -470,7 +470,7 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
         raise violation
     if len(group.compute) < 2:
         return  # one op is always a kernel: budgets limit fusion (the report flags a lone op over one)
-    for name, used, limit in budgets(group, hw, max_ops).over():
+    for name, used, limit in budget_overruns(group, hw, max_ops):
         raise IllegalPlan(
             f"budget.{name}",
             f"group of {', '.join(group.ops[:3])}{', ...' if len(group.ops) > 3 else ''} needs {used} "
