@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import IllegalPlan, evaluate, load_graph, load_hardware, partition
+from partitioner import load_graph, load_hardware, partition
 from partitioner.cost import FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, objective
 from partitioner.group import Group
 from partitioner.legality import is_legal
