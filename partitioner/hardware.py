@@ -328,6 +328,9 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: the file nests too deeply to be a hardware profile") from None
     if not isinstance(data, dict):
         raise HardwareError(f"{spec}: a hardware profile is a mapping of field: value")
+    if "ops" in data:  # a graph given where a profile belongs (its schema error would name only its keys)
+        raise HardwareError(f"{spec}: this is an operator graph, not a hardware profile: use one of "
+                            f"{', '.join(PROFILES)} or a profile file (docs/cost-model.md)")
     error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)

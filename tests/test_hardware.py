@@ -55,6 +55,7 @@ def test_energies_default_to_the_cited_estimates_and_a_profile_may_give_its_own(
     ("base: h100\nwarp_size: 32\n", "Additional properties"),
     ("base: h100\nsm_count: -1\nsources: {sm_count: x}\n", "less than or equal"),
     ("- 1\n", "mapping"),
+    ("inputs: {x: [4]}\nops: []\noutputs: [x]\n", "this is an operator graph, not a hardware profile"),
 ])
 def test_bad_profiles(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
