@@ -298,10 +298,13 @@ def needed_groups(graph, recompute=False):
 
 def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
     """The enumeration ``found`` is complete, finds each group once, every
-    :func:`needed_groups` group, and only legal groups. Returns its groups."""
+    :func:`needed_groups` group, and only legal groups, and counts each legal group
+    it left out once (``Candidates.dominated``). Returns its groups."""
     pairs = found_groups(graph, found)
+    legal = legal_groups(graph, recompute)
     assert found.complete and len(pairs) == len(set(pairs))
-    assert needed_groups(graph, recompute) <= set(pairs) <= legal_groups(graph, recompute)
+    assert needed_groups(graph, recompute) <= set(pairs) <= legal
+    assert found.dominated == len(legal) - len(pairs)
     return set(pairs)
 
 

@@ -149,6 +149,7 @@ def test_a_transposed_weight_is_a_free_prologue_of_its_matmul():
     found = enumerate_candidates(g, H100, 64)
     assert assert_finds_the_needed_groups(g, found) == needed_groups(g)
     assert g.mask(["mm", "y"]) not in found.masks and g.mask(["wt", "mm", "y"]) in found.masks
+    assert found.dominated == len(legal_groups(g, False)) - len(found.masks) > 0  # each counted once
     assert g.mask(["mm", "y"]) in enumerate_candidates(g, H100, 64, kind="energy").masks  # on-chip bytes count there
     assert_ilp_exact(g)
 

@@ -112,6 +112,7 @@ class _Job:
     key: tuple | None = None  # its search's structure up to names (_Search.structure)
     region: list[int] = field(default_factory=list)  # the ops that key describes, in order
     found: list[int] = field(default_factory=list)  # positions of the candidates it emitted
+    dominated: int = 0  # the sets it left out for a free prologue
     followers: list["_Job"] = field(default_factory=list)  # jobs of the same key, waiting for its result
 
 
@@ -150,7 +151,8 @@ class Candidates:
     only the candidates found so far and no optimality claim can rest on it.
     ``states`` counts the search states visited and ``work`` the search's work
     (:data:`CANDIDATE_WORK`); ``seconds`` is measured wall time, for reports only (no
-    budget reads it).
+    budget reads it). ``dominated`` counts the legal sets left out for a free prologue
+    (:meth:`_Search.dominated`), a replayed search's as many as its leader's.
     """
 
     masks: list[int]
@@ -161,6 +163,7 @@ class Candidates:
     seconds: float
     stopped: tuple[str, ...]
     replayed: int = 0
+    dominated: int = 0
 
     @property
     def complete(self) -> bool:
@@ -224,6 +227,8 @@ class _Search:
         self.absorbing = sum(1 << r for r in self.free_read)
         self.taken_in: dict[int, bool] = {}  # a set with its free prologues -> its group is legal
         self.region = 0  # the running job's region (_Search.structure), as a bitset
+        self.running: _Job | None = None  # the job being searched
+        self.dominated_sets = 0  # sets left out for a free prologue, replayed ones included
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.recomputed: list[int] = []
@@ -342,6 +347,8 @@ class _Search:
         if (hull ^ mask) & g.compute_mask:
             return  # not convex: the hull takes in another compute op
         if mask & self.absorbing and mask & (mask - 1) and self.dominated(mask):
+            self.running.dominated += 1
+            self.dominated_sets += 1
             return  # (an op alone is kept: the ilp starts from one group per op)
         if not mask & self.recomputable:
             self.add(mask, hull, 0)
@@ -578,6 +585,8 @@ class _Search:
             if len(self.masks) >= self.max_candidates:
                 self.stopped.append("candidates")
                 raise _Stop
+        job.dominated = leader.dominated
+        self.dominated_sets += leader.dominated
         self.replayed += 1
 
     def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
@@ -679,7 +688,8 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     except _Stop:
         _replay_waiting(search)
     return Candidates(search.masks, search.costs, search.recomputed, search.states, search.work,
-                      time.perf_counter() - begin, tuple(search.stopped), search.replayed)
+                      time.perf_counter() - begin, tuple(search.stopped), search.replayed,
+                      search.dominated_sets)
 
 
 def _replay_waiting(search: _Search) -> None:
@@ -719,7 +729,7 @@ def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
         share = (search.max_work - search.work) // (len(jobs) - n)
         search.anchor_budget = search.work + max(1, min(MAX_WORK_PER_ANCHOR - job.work, share))
         before = search.work
-        search.region = sum(1 << i for i in job.region)
+        search.region, search.running = sum(1 << i for i in job.region), job
         try:
             search.search(job)
         except _AnchorFull:

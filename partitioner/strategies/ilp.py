@@ -502,6 +502,7 @@ class Ilp(Strategy):
             "enumeration_states": cands.states,
             "enumeration_work": cands.work,
             "enumeration_replayed": cands.replayed,
+            "enumeration_dominated": cands.dominated,
             "enumeration_s": round(cands.seconds - during, 3),
             "heuristics_s": round(warm.seconds, 3),
             "parts": solved.parts,
