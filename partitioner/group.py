@@ -230,4 +230,4 @@ class Group:
 
     def run_stage(self, op: Op) -> int:
         """The stage a member runs in: that of its latest input."""
-        return self._stages[1][op.name]
+        return self.run_stages[op.name]

@@ -713,8 +713,7 @@ def _searches(search: _Search, jobs: list[_Job]) -> list[_Job]:
     for n, job in enumerate(jobs):
         search.check()
         search.found = job.found
-        if job.kind == "alone":
-            search.region = 0
+        if job.kind == "alone":  # one op: never dominated (_Search.emit)
             search.emit(job.stack[0], job.stack[0])
             continue
         if job.key is None:

@@ -30,8 +30,7 @@ the incumbent it has to beat), so the plan is never costlier than any heuristic'
 They are computed only once the enumeration has done about the work they cost
 (:data:`HEURISTIC_WORK_PER_OP`), or stopped unfinished; a graph enumerated sooner
 holds the groups an optimal plan needs among its candidates already, starts from
-one group per op, and
-falls back on them only if a solve ends unproven. Every
+one group per op, and falls back on them only if a solve ends unproven. Every
 budget counts work, not seconds: search states in the enumeration, CP-SAT's
 deterministic time in the solve, on one worker with a fixed seed. The same input
 and options give the same plan, status and bound on any machine under any load.
