@@ -407,25 +407,50 @@ class Graph:
     @cached_property
     def recomputable_mask(self) -> int:
         """Bitset of the compute ops a plan may compute in more than one group
-        (recomputation; ``docs/legality.md``): elementwise, broadcast and layout ops
-        whose value is not a graph output, whose compute producers are recomputable
-        too, so that each is a function of graph inputs and literals alone (masks,
-        position ids, RoPE tables, casts of parameters), and that feed, themselves or
-        through others of them, a value two or more ops read: recomputing a value that
-        one op reads saves nothing."""
+        (recomputation; ``docs/legality.md``): those of :attr:`input_derived_mask`,
+        recomputed from the graph inputs, and the elementwise, broadcast and layout
+        ops whose value is no graph output, that two or more ops read, and that no
+        group can hold with all its readers (their convex hull breaks a hereditary
+        rule, ``legality.hereditary_violation``, at any op cap: a GEMM's epilogue
+        and a reduction over another axis). Every plan then puts a reader apart from
+        such an op, which must be written or recomputed there, from its operands,
+        which each group that recomputes it reads or recomputes in turn. (Where one
+        group could hold them all, and for the chains above such an op, the
+        enumeration keeps its must-write cuts: recomputing every such value
+        multiplied GPT-2 2L's variants by 200.)"""
+        from .legality import hereditary_violation  # (legality reads graphs: imported when first needed)
+
+        able = 0
+        for i in range(len(self.order)):
+            readers = self.readers_of[i]
+            if self._pointwise_value(i) and readers & (readers - 1) and \
+                    hereditary_violation(self, self.convex_hull(1 << i | readers), len(self.order)) is not None:
+                able |= 1 << i
+        return able | self.input_derived_mask
+
+    @cached_property
+    def input_derived_mask(self) -> int:
+        """Bitset of the recomputable ops (:attr:`recomputable_mask`) whose value is a
+        function of the graph inputs and literals alone (masks, position ids, RoPE
+        tables, casts of parameters): their compute producers are such ops too, and
+        a group that recomputes one recomputes those as well, back to the inputs."""
         derived = 0
         for i, name in enumerate(self.order):
-            op = self.ops[name]
-            if op.is_view or op.op_class not in ("elementwise", "broadcast", "injective"):
-                continue
-            producers = (self.index.get(self.storage[t], -1) for t in op.tensor_inputs)
-            if name not in self.output_storages and all(p < 0 or derived >> p & 1 for p in producers):
+            producers = (self.index.get(self.storage[t], -1) for t in self.ops[name].tensor_inputs)
+            if self._pointwise_value(i) and all(p < 0 or derived >> p & 1 for p in producers):
                 derived |= 1 << i
         shared = 0
         for i in bits(derived):
             if self.readers_of[i].bit_count() > 1:
                 shared |= 1 << i | self.ancestors_mask[i]
         return derived & shared
+
+    def _pointwise_value(self, i: int) -> bool:
+        """Whether op ``i`` is an elementwise, broadcast or layout op (not a view)
+        whose value is no graph output."""
+        op = self.ops[self.order[i]]
+        return (not op.is_view and op.op_class in ("elementwise", "broadcast", "injective")
+                and not self.writes_out[i])
 
     @cached_property
     def dead_ops(self) -> tuple[str, ...]:

@@ -53,8 +53,9 @@ class Group:
         reads: storages the group reads from global memory (produced outside it or
             graph inputs), each once; ``bytes_read`` counts the bytes of them its
             ops touch.
-        writes: storages produced in the group that are graph outputs or read by an
-            op outside it, less the ``recomputed`` ones.
+        writes: storages produced in the group that are graph outputs, or read by
+            an op outside it or by a ``recomputed`` member (whose other copies read
+            them from memory), less the ``recomputed`` ones.
         sinks: storages produced in the group that nothing in it reads and that are
             not written (dead values).
     """
@@ -166,8 +167,8 @@ class Group:
         g, mask, recomputed = self.graph, self.mask, self.recomputed
         readers, output = g.readers_of, g.writes_out
         compute = g.compute_mask
-        return tuple(g.order[i] for i in self.indices if compute >> i & 1
-                     and (output[i] or readers[i] & ~mask) and not recomputed >> i & 1)
+        return tuple(g.order[i] for i in self.indices if compute >> i & 1 and not recomputed >> i & 1
+                     and (output[i] or readers[i] & ~mask or readers[i] & recomputed))
 
     @cached_property
     def sinks(self) -> tuple[str, ...]:

@@ -585,9 +585,14 @@ def check_covering(graph: Graph, groups: list[list[str]]) -> int:
 
     An op may be in several groups only if it is recomputable
     (``Graph.recomputable_mask``, or a view of such an op); then it is recomputed:
-    no group writes it, so every group that holds a reader of it holds it too, and
-    every group that holds it holds its producers (recomputed too, back to the graph
-    inputs). So which values a group writes never depends on the other groups.
+    no group writes it, so every group that holds a reader of it holds it too. A
+    group that recomputes it reads its operands, or recomputes their producers as
+    well; one of the graph inputs alone (``Graph.input_derived_mask``) is
+    recomputed with its producers, back to the graph inputs. Any other is read
+    outside each group that holds it (a copy no reader needs is never made). A
+    group writes a value it does not recompute if a recomputed member reads it, for
+    the other copies; so which values a group writes never depends on the other
+    groups.
 
     Raises :class:`TypeError` when ``groups`` is not a sequence of collections of
     op names (``None``, or one group's names given as the plan)."""
@@ -639,12 +644,16 @@ def _check_recomputation(graph: Graph, masks: list[int], recomputed: int) -> Non
     """The rules of recomputed ops (:func:`check_covering`)."""
     g = graph
     for k, mask in enumerate(masks):
-        for i in bits(mask & recomputed):
+        for i in bits(mask & recomputed & g.input_derived_mask):
             producers = g.mask(t for t in g.ops[g.order[i]].tensor_inputs if t in g.ops)
             if producers & ~mask:
                 missing = g.names(producers & ~mask)[0]
                 raise IllegalPlan("recompute.producer", f"group {k} recomputes '{g.order[i]}' but not its "
                                   f"operand '{missing}'", (g.order[i], missing))
+        for i in bits(mask & recomputed & g.compute_mask & ~g.input_derived_mask):
+            if not g.readers_of[i] & ~mask:
+                raise IllegalPlan("recompute.unread", f"group {k} holds every reader of '{g.order[i]}', so its "
+                                  "copies in the other groups are read by none", (g.order[i],))
         for i in bits(recomputed & g.compute_mask & ~mask):
             readers = g.readers_of[i] & mask
             if readers:

@@ -85,8 +85,8 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
 
     The single judge of plans: every strategy's plan passes through it. A plan is a
     partition of the ops into groups, except that a recomputable op may be in
-    several groups: then each of them computes it and none writes it
-    (``legality.check_covering``).
+    several groups: then each of them computes it, from operands it reads or
+    computes, and none writes it (``legality.check_covering``).
 
     Parameters
     ----------

@@ -120,3 +120,38 @@ def graph_specs(draw, max_ops: int = 8, empty: bool = False):
     entries = [{"name": k, "shape": v, "dtype": "int64" if k == "idx" else dtype}
                for k, v in inputs.items() if k in used]
     return {"name": "random", "inputs": entries, "ops": ops, "outputs": outputs}
+
+
+@st.composite
+def shared_graphs(draw, max_ops: int = 6):
+    """A :func:`small_graphs` graph of ``max_ops - 3`` ops or fewer, and then an
+    elementwise op ``m`` of its last result that two more ops read (an add, a
+    reduction over any axis, or a product): a value a covering may
+    recompute from its operand in each reader's group (``Graph.recomputable_mask``)."""
+    spec = draw(graph_specs(max(1, max_ops - 3)))
+    block = load_graph(spec)
+    last = spec["ops"][-1]["name"]
+    shape = block.tensor(last).shape
+    ops = list(spec["ops"])
+    ops.append({"name": "m", "op": draw(st.sampled_from(["exp", "tanh", "neg", "relu"])), "inputs": [last]})
+    # readers that often cannot share a group (reductions over other axes, a
+    # product and a reduction): m is then recomputable (Graph.recomputable_mask)
+    readers = ["add"] + [f"reduce{axis}" for axis in range(len(shape))] * 2 + \
+        (["matmul"] * 2 if len(shape) == 2 and shape[-1] == 512 else [])
+    for name in ("r1", "r2"):
+        kind = draw(st.sampled_from(readers))
+        if kind == "matmul":
+            ops.append({"name": name, "op": "matmul", "inputs": ["m", "w"]})
+        elif kind.startswith("reduce"):
+            axis = int(kind[len("reduce"):])
+            ops.append({"name": name, "op": "reduce_sum", "inputs": ["m"], "attrs": {"axes": [axis], "keepdims": True}})
+        else:
+            ops.append({"name": name, "op": kind, "inputs": ["m", draw(st.sampled_from([last, 0.5]))]})
+    names = {i for o in ops for i in o["inputs"] if isinstance(i, str)}
+    dtype = next(entry["dtype"] for entry in spec["inputs"] if entry["name"] != "idx")
+    inputs = [entry for entry in spec["inputs"] if entry["name"] in names]
+    if "w" in names and not any(entry["name"] == "w" for entry in inputs):
+        inputs.append({"name": "w", "shape": [512, 512], "dtype": dtype})
+    # m's operand an output too: then a copy saves m's write and reads what is written anyway
+    outputs = list(dict.fromkeys(spec["outputs"] + [last] * draw(st.booleans()) + ["r1", "r2"]))
+    return load_graph({"name": "shared", "inputs": inputs, "ops": ops, "outputs": outputs})

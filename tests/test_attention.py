@@ -242,10 +242,11 @@ def convex_groups(graph):
 
 def legal_variants(graph, hw=H100, recompute=True):
     """Every legal group of ``graph`` by brute force over all subsets of its compute
-    ops and every choice of the recomputable members it recomputes (each with its
-    producers, all held), whose hull (``Graph.convex_hull`` less the paths out of
-    them) takes in no other compute op; as Groups. Without ``recompute``, the groups
-    that recompute nothing."""
+    ops and every choice of the recomputable members it recomputes (one of the graph
+    inputs alone with its producers, all held; any other alone, read outside the
+    group: ``legality.check_covering``), whose hull (``Graph.convex_hull`` less the
+    paths out of them) takes in no other compute op; as Groups. Without
+    ``recompute``, the groups that recompute nothing."""
     g = graph
     compute = bits(g.compute_mask)
     for size in range(1, len(compute) + 1):
@@ -255,8 +256,11 @@ def legal_variants(graph, hw=H100, recompute=True):
             for r in range(len(able) + 1):
                 for chosen in itertools.combinations(able, r):
                     recomputed = sum(1 << i for i in chosen)
-                    if any(g.ancestors_mask[i] & g.compute_mask & ~recomputed for i in chosen):
-                        continue  # a recomputed op's producers are recomputed too
+                    if any(g.ancestors_mask[i] & g.compute_mask & ~recomputed for i in chosen
+                           if g.input_derived_mask >> i & 1):
+                        continue  # a recomputed op of the inputs alone: its producers are recomputed too
+                    if any(not g.readers_of[i] & ~mask for i in chosen if not g.input_derived_mask >> i & 1):
+                        continue  # a copy of any other is read outside
                     hull = g.convex_hull(mask, recomputed)
                     if hull & g.compute_mask != mask:
                         continue

@@ -24,7 +24,7 @@ from partitioner.strategies.ilp import structural_bound
 from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
-from .random_graphs import repeated_graphs, small_graphs
+from .random_graphs import repeated_graphs, shared_graphs, small_graphs
 from .test_attention import (assert_finds_the_needed_groups, best_covering, convex_groups, found_groups,
                              legal_groups, legal_variants, needed_groups)
 
@@ -86,6 +86,16 @@ def test_ilp_with_recomputation_equals_brute_force_over_coverings(graph, hw):
     """With ``recompute`` the plans are coverings too: an op of the graph inputs alone
     may be computed by every group that reads it (``legality.check_covering``)."""
     assert_ilp_exact(graph, hw, recompute=True)
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_graphs(max_ops=6), st.sampled_from([H100, SLOW]))
+def test_ilp_with_copies_equals_brute_force_over_coverings(graph, hw):
+    """An elementwise op two ops read may be recomputed from its operand in each
+    reader's group (a *copy*), its operand written by its producer's group: the ilp
+    decides that inside the model, exactly (``docs/strategies.md``)."""
+    assert_ilp_exact(graph, hw, recompute=True)
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, hw, 64, recompute=True), True)
 
 
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

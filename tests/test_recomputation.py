@@ -1,6 +1,7 @@
-"""Recomputation: a value made from the graph inputs by elementwise and layout ops
-alone may be computed by every group that reads it instead of being written once
-(``legality.check_covering``, ``partition(..., recompute=True)``)."""
+"""Recomputation: an elementwise or layout op two ops read may be computed by every
+group that reads it instead of being written once; a value of the graph inputs
+alone from the inputs, any other from its operands (``legality.check_covering``,
+``partition(..., recompute=True)``)."""
 
 from __future__ import annotations
 
@@ -62,10 +63,11 @@ def test_a_covering_is_judged_by_the_rules_of_recomputation():
 
 
 @pytest.mark.parametrize("backend", ["numpy", "emulator"])
-def test_a_recomputing_plan_computes_what_the_unfused_graph_does(backend):
+@pytest.mark.parametrize("graph", ["table", "activation"])
+def test_a_recomputing_plan_computes_what_the_unfused_graph_does(backend, graph):
     if backend == "emulator" and shutil.which("g++") is None:
         pytest.skip("g++ is not on PATH: the emulator needs it")
-    plan = partition(shared_table(), "ilp", recompute=True)
+    plan = partition(shared_table() if graph == "table" else shared_activation(), "ilp", recompute=True)
     assert sum("m" in ops for ops in plan.groups) == 2
     runner = NumpyBackend() if backend == "numpy" else CudaBackend(emulate=True)
     assert all(c.ok for c in run_and_check(plan, runner))
@@ -116,3 +118,49 @@ def test_recomputation_never_makes_the_plan_worse(limit):
     if limit is None:  # the mask's comparisons are recomputed in each layer's attention
         assert recomputing.solver.status == "OPTIMAL"
         assert recomputing.cost.modeled_time_us < plain.cost.modeled_time_us
+
+
+def shared_activation():
+    """``m = tanh(t)`` of an activation ``t = x0 @ w0`` (a graph output), the A operand
+    of a matmul and summed over its rows (no group holds a GEMM and a reduction): a
+    partition writes ``m`` and reads it back twice; recomputing it in both groups
+    (the matmul's prologue, the reduction's) reads ``t`` there instead and never
+    writes ``m``."""
+    ops = [op("t", "matmul", ["x0", "w0"]), op("m", "tanh", ["t"]), op("e1", "matmul", ["m", "w1"]),
+           op("e2", "reduce_sum", ["m"], axes=[0], keepdims=True)]
+    shapes = {"x0": [1024, 256], "w0": [256, 256], "w1": [256, 256]}
+    return make_graph(shapes, ops, ["t", "e1", "e2"], dtype="float16")
+
+
+def test_the_ilp_recomputes_an_activation_from_its_operand_in_a_prologue_and_a_reduction():
+    g = shared_activation()
+    assert g.names(g.recomputable_mask) == ["m"] and not g.input_derived_mask
+    plain, recomputing = partition(g, "ilp"), partition(g, "ilp", recompute=True)
+    assert sorted(map(sorted, recomputing.groups)) == [["e1", "m"], ["e2", "m"], ["t"]]
+    assert recomputing.solver.status == "OPTIMAL"
+    assert all("m" not in c.group.writes and "t" in c.group.reads for c in recomputing.cost.groups if "m" in c.group.ops)
+    saved = plain.cost.bytes_written - recomputing.cost.bytes_written
+    assert saved == g.tensor("m").nbytes
+    assert plan_objective(recomputing.cost, H100, "time") == best_covering(g)["time"]
+    assert plain.cost.modeled_time_us > recomputing.cost.modeled_time_us
+
+
+def test_a_copy_reads_its_operand_which_its_producer_group_writes():
+    """``m`` recomputed in a matmul's prologue and in a reduction group that holds its
+    producer ``t``: that group writes ``t`` (the other copy reads it) though no op
+    outside reads ``t``; a copy no reader needs is refused."""
+    g = make_graph({"x": [256, 256], "w": [256, 256]}, [
+        op("top", "reduce_max", ["x"], axes=[-1], keepdims=True), op("t", "sub", ["x", "top"]),
+        op("m", "tanh", ["t"]), op("a", "reduce_sum", ["m"], axes=[0], keepdims=True),
+        op("mm", "matmul", ["m", "w"])], ["a", "mm"])
+    assert g.names(g.recomputable_mask) == ["m"] and not g.input_derived_mask  # t is read once
+    cost = evaluate(g, [["top"], ["t", "m", "a"], ["m", "mm"]])
+    held = {frozenset(c.group.ops): c.group for c in cost.groups}
+    assert set(held[frozenset(["t", "m", "a"])].writes) == {"t", "a"}
+    assert set(held[frozenset(["m", "mm"])].reads) == {"t", "w"}
+    with pytest.raises(IllegalPlan) as raised:  # the second group holds both readers of m
+        evaluate(g, [["top"], ["t", "m", "a", "mm"], ["m"]])
+    assert raised.value.reason == "recompute.unread"
+    with pytest.raises(IllegalPlan) as raised:
+        evaluate(g, [["top"], ["t", "m", "a"], ["m"], ["mm"]])  # mm reads m, which no group writes
+    assert raised.value.reason == "recompute.reader"

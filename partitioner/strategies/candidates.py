@@ -53,7 +53,8 @@ would be a kernel of its own, so some optimal plan never needs the smaller set
 (``docs/strategies.md``).
 
 With ``recompute``, a set holding recomputable ops (``Graph.recomputable_mask``) is a
-candidate once per choice of the members it recomputes (:meth:`_Search.variants`);
+candidate once per choice of the members it recomputes that changes what it writes
+(:meth:`_Search.variants`);
 the branch's hull leaves out the paths out of recomputable members (their outside
 readers may recompute them), which every variant's own hull holds, so the cuts
 above stay sound; the must-write and leak cuts leave recomputable members out.
@@ -380,23 +381,42 @@ class _Search:
         return legal
 
     def variants(self, mask: int) -> list[int]:
-        """The choices of members a group of ``mask`` recomputes, as bitsets: a set of
-        recomputable members read outside it whose recomputable ancestors it all holds
-        (so it can recompute them from the graph inputs), closed under those
-        ancestors; a recomputed member's ancestors read outside it are recomputed too
-        (one written would be read by groups that recompute it). The first is none."""
+        """The choices of members a group of ``mask`` recomputes, as bitsets, none
+        first. Any recomputable member read outside it may be recomputed alone, from
+        operands the group reads or computes; one of the graph inputs alone
+        (``Graph.input_derived_mask``) is recomputed with its ancestors, which the
+        group must all hold, so the set is closed under those (one written would be
+        read by groups that recompute it). Such a member is recomputed also where a
+        member recomputed from its operands reads it: the other copies of that one
+        may recompute it instead of reading it. Choices that write the same values
+        are one group: the first is kept."""
         g = self.graph
-        able = [i for i in bits(mask & self.recomputable)
-                if g.readers_of[i] & ~mask and not g.ancestors_mask[i] & g.compute_mask & ~mask]
-        out = [0]
+        derived = g.input_derived_mask
+        read_outside = [i for i in bits(mask & self.recomputable) if g.readers_of[i] & ~mask]
+        copyable = sum(1 << i for i in read_outside if not derived >> i & 1)
+        able = [i for i in bits(mask & derived) if g.readers_of[i] & (~mask | copyable)
+                and not g.ancestors_mask[i] & g.compute_mask & ~mask]
+        tables = [0]
         for r in range(1, len(able) + 1):
             for chosen in itertools.combinations(able, r):
                 closure = 0
                 for i in chosen:
                     closure |= 1 << i | g.ancestors_mask[i] & g.compute_mask
                 if all(closure >> i & 1 == (i in chosen) for i in able):
-                    out.append(closure)
-        return out
+                    tables.append(closure)
+        out = tables
+        for i in bits(copyable):
+            out += [r | 1 << i for r in out]
+        if not copyable:
+            return out
+        seen: set[tuple[str, ...]] = set()
+        kept = []
+        for r in out:
+            writes = Group(g, mask, r).writes
+            if writes not in seen:
+                seen.add(writes)
+                kept.append(r)
+        return kept
 
     def add(self, mask: int, hull: int, recomputed: int) -> None:
         """Decides the group ``hull`` recomputing ``recomputed`` (legality, then its
@@ -505,8 +525,9 @@ class _Search:
         and its storage's, or a number for a storage produced outside ``H``, with
         ``Graph.operand_keys``' read key), its readers in ``H``, whether it has any
         outside ``H`` or is a graph output, whether it is in the seed or the reach,
-        its neighbours there, and whether it is a free prologue (which decides what
-        :meth:`dominated` drops).
+        its neighbours there, whether a group recomputing it recomputes its producers
+        too (``Graph.input_derived_mask``: which decides :meth:`variants`), and
+        whether it is a free prologue (which decides what :meth:`dominated` drops).
 
         Two jobs of one kind with equal structures emit the same candidates up to the
         order-preserving map between their regions, at the same costs: a candidate is
@@ -524,6 +545,7 @@ class _Search:
         region = bits(hull)
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
+        derived = g.input_derived_mask
         outside: dict[str, int] = {}
         ops = []
         for i in region:
@@ -536,7 +558,8 @@ class _Search:
             role = (i in seeds) + 2 * (i in reached)
             near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
-                        near, self._reentry(i, hull, position), i in self.free))
+                        near, self._reentry(i, hull, position), self.recomputable >> i & 1 and derived >> i & 1,
+                        i in self.free))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
 

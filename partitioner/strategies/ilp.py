@@ -11,11 +11,15 @@ cut lazily (``Σ x ≤ k - 1`` over its groups) and the model re-solved, which k
 every bound valid.
 
 Recomputation (``Options.recompute``): a candidate may recompute members that other
-groups compute too (``Candidates.recomputed``). Which ops a plan recomputes is one
-of a few sets (:func:`scenarios`); for each the model is the exact cover above, of
-the other ops, by the candidates that set allows (:func:`allows`), and the plan is
-the cheapest over them (``docs/strategies.md`` proves it exact over every legal
-covering).
+groups compute too (``Candidates.recomputed``). Which ops of the graph inputs alone
+(``Graph.input_derived_mask``) a plan recomputes is one of a few sets
+(:func:`scenarios`); for each the model is the exact cover above, of the other
+ops, by the candidates that set allows (:func:`allows`), and the plan is the
+cheapest over them. Any other recomputable op ``i`` is decided inside the model,
+by a boolean ``r_i`` (no group writes it): the candidates that compute it once
+cover it exactly when ``r_i`` is false (``Σ x + r_i = 1``), those that recompute
+it need ``r_i``, and those that read it from memory need ``not r_i``
+(``docs/strategies.md`` proves it exact over every legal covering).
 
 Decomposition: the candidates fall into the connected components of their overlap
 (two are linked when they share an op). No candidate spans two components, so each
@@ -118,7 +122,12 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     least ``ceil((k - components) / most readers)`` distinct tensors, each written
     once (less those already counted as outputs).
     With ``recompute`` a plan may be a covering: groups that both recompute an op
-    pass nothing between them, so such an op links nothing in the components.
+    pass nothing between them, so such an op links nothing in the components (a
+    link from an op computed once still joins its group to every group holding a
+    reader, each of which reads it); and where an op may be recomputed from what
+    other groups write (not ``Graph.input_derived_mask``), its copies read those
+    tensors, so a tensor may be read by more groups than it has readers, and the
+    distinct tensors are not counted.
     """
     g = graph
     # an input only empty results read may be read by no launched group
@@ -135,6 +144,9 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
     launches = _launch_bound(g, max_ops)
     crossing = launches - _components(g, g.recomputable_mask if recompute else 0)
+    # copies of a recomputed op read its operands, so a tensor may be read by more
+    # groups than it has readers: the count of distinct tensors no longer holds
+    copies = recompute and g.recomputable_mask & ~g.input_derived_mask
     chain_bytes = outputs
     if crossing > 0:
         read = [name for name in g.names(g.compute_mask) if g.storage_readers.get(name)]
@@ -142,7 +154,8 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         least_read = min(g.least_touched(name) for name in read)
         most_readers = max(g.storage_readers[name].bit_count() for name in read)
         counted = sum(1 for name in read if name in g.output_storages)
-        chain_bytes += crossing * least_read + max(0, -(-crossing // most_readers) - counted) * smallest
+        written = 0 if copies else max(0, -(-crossing // most_readers) - counted)
+        chain_bytes += crossing * least_read + written * smallest
     moved = reads + max(split_bytes, chain_bytes)
     contractions = [g.ops[n] for n in g.names(g.class_masks.get("contraction", 0))]
     flops = [(op, flops_once(g, op)) for op in contractions]
@@ -308,11 +321,16 @@ class _Part:
 
 class _Solver:
     """Exact cover of each part with CP-SAT (see the module docstring), parts with the
-    same structure and costs solved once, under one deterministic-time budget."""
+    same structure and costs solved once, under one deterministic-time budget.
+    ``copies`` are, per candidate, the members it recomputes from their operands
+    (not ``Graph.input_derived_mask``), and ``reads`` the ops some candidate so
+    recomputes that it reads from memory."""
 
     def __init__(self, graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], hint: set[int],
-                 use_hint: bool, limit: float, progress: Progress | None, start: float, memo: dict):
+                 use_hint: bool, limit: float, progress: Progress | None, start: float, memo: dict,
+                 copies: list[int], reads: list[int]):
         self.graph, self.hw, self.kind, self.masks, self.costs = graph, hw, kind, masks, costs
+        self.copies, self.reads = copies, reads
         self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
         self.budget = limit  # deterministic seconds left
         self.solves = self.reused = 0
@@ -328,7 +346,9 @@ class _Solver:
         for k in part.members:
             union |= self.masks[k]
         local = {i: 1 << n for n, i in enumerate(bits(union))}
-        return tuple((sum(local[i] for i in bits(self.masks[k])), self.costs[k]) for k in part.members)
+        return tuple((sum(local[i] for i in bits(self.masks[k])), self.costs[k],
+                      sum(local[i] for i in bits(self.copies[k])), sum(local[i] for i in bits(self.reads[k])))
+                     for k in part.members)
 
     def solve(self, part: _Part, offset: int, bound_offset: int, phase: str) -> None:
         """Sets ``part.chosen``/``cost``/``bound``/``optimal``; never worse than the hint."""
@@ -353,12 +373,27 @@ class _Solver:
     def _cp_sat(self, part: _Part, hint_cost: int | None, offset: int, bound_offset: int, phase: str) -> None:
         model = cp_model.CpModel()
         x = {k: model.new_bool_var(f"g{k}") for k in part.members}
-        covers: dict[int, list[int]] = {}
+        covers: dict[int, list[int]] = {}  # op -> the candidates that compute it once (or write it)
+        copies: dict[int, list[int]] = {}  # op -> the candidates that recompute it
+        reads: dict[int, list[int]] = {}  # op -> the candidates that read it from memory
         for k in part.members:
-            for i in bits(self.masks[k]):
+            for i in bits(self.masks[k] & ~self.copies[k]):
                 covers.setdefault(i, []).append(k)
-        for i in sorted(covers):
-            model.add_exactly_one(x[k] for k in covers[i])
+            for i in bits(self.copies[k]):
+                copies.setdefault(i, []).append(k)
+            for i in bits(self.reads[k]):
+                reads.setdefault(i, []).append(k)
+        recomputed = {}  # op -> whether the plan recomputes it (no group writes it)
+        for i in sorted(covers.keys() | copies.keys()):
+            if i not in copies:
+                model.add_exactly_one(x[k] for k in covers[i])
+                continue
+            f = recomputed[i] = model.new_bool_var(f"r{i}")
+            model.add(sum(x[k] for k in covers.get(i, ())) + f == 1)  # computed once, or in copies only
+            for k in copies[i]:
+                model.add_implication(x[k], f)
+            for k in reads.get(i, ()):  # a value no group writes cannot be read
+                model.add_implication(x[k], f.Not())
         for cut in part.cuts:
             model.add(sum(x[k] for k in cut) <= len(cut) - 1)
         # the snake-case API and one weighted sum: the deprecated names and a chained sum
@@ -370,6 +405,8 @@ class _Solver:
             # added by hand, the hint slowed CP-SAT down tenfold (measured), so none is given
             for k, var in x.items():
                 model.add_hint(var, k in self.hint)
+            for f in recomputed.values():  # a heuristic plan recomputes nothing
+                model.add_hint(f, False)
         solver = cp_model.CpSolver()
         solver.parameters.max_deterministic_time = self.budget
         solver.parameters.num_workers = WORKERS
@@ -578,8 +615,9 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
 
 
 def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int]:
-    """Every set of ops a plan over the candidates ``masks`` (recomputing
-    ``recomputed``) may recompute, as bitsets, none first: sets of ops some
+    """Every set of ops of the graph inputs alone (``Graph.input_derived_mask``) a
+    plan over the candidates ``masks`` (recomputing ``recomputed``) may recompute,
+    as bitsets, none first: sets of ops some
     candidate recomputes, each holding its members' recomputable producers (a
     recomputed op's producers are recomputed too: ``legality.check_covering``), and
     of ops whose every reader shares a candidate with them (its group must recompute
@@ -589,6 +627,7 @@ def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int
     able = 0
     for r in recomputed:
         able |= r
+    able &= g.input_derived_mask  # ops recomputed from their operands are decided in the model
     together = dict.fromkeys(bits(able), 0)  # op -> the ops some candidate holds with it
     for mask in masks:
         for i in bits(mask & able):
@@ -598,22 +637,23 @@ def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int
             able &= ~(1 << i | g.descendants_mask[i])  # a reader never recomputes it, nor what needs it
     found = [0]
     for i in bits(able):  # topological: a member's producers come first
-        need = g.ancestors_mask[i] & g.recomputable_mask
+        need = g.ancestors_mask[i] & g.input_derived_mask
         found += [f | 1 << i for f in found if not need & ~f]
     return found
 
 
 def allows(graph: Graph, free: int, mask: int, recomputed: int) -> bool:
-    """Whether a plan that recomputes exactly the ops ``free`` may hold the candidate
-    ``mask`` recomputing ``recomputed``: it recomputes only ops of ``free``, writes
+    """Whether a plan that recomputes exactly the ops ``free`` of the graph inputs
+    alone may hold the candidate ``mask`` recomputing ``recomputed``: of those ops it
+    recomputes only ops of ``free``, writes
     none of them (each of its members read outside it is recomputed by it), reads
     none of them (it holds every member of ``free`` it reads), and holds an op that
     is not recomputed (else it adds nothing)."""
-    if recomputed & ~free or not mask & ~free:
-        return False
     g = graph
+    if recomputed & g.input_derived_mask & ~free or not mask & ~free:
+        return False
     for i in bits(free & mask & ~recomputed):
-        if g.readers_of[i] & ~mask:
+        if g.readers_of[i] & (~mask | recomputed):  # it writes it (for readers outside, or copies)
             return False
     for i in bits(free & ~mask):
         if g.readers_of[i] & mask:
@@ -630,9 +670,13 @@ def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], cove
     ``masks``."""
     sub_costs = [costs[k] for k in keep]
     sub_hint = {n for n, k in enumerate(keep) if k in hint}
+    copies, reads = _copies(graph, [masks[k] for k in keep], [recomputed[k] for k in keep])
     solver = _Solver(graph, hw, kind, covers, sub_costs, sub_hint, complete and bool(sub_hint), limit, progress,
-                     start, memo)
-    parts = [_Part(sorted(members, key=lambda k: covers[k])) for members in overlap_components(covers)]
+                     start, memo, copies, reads)
+    # a candidate that reads a recomputable op joins the part of its copies: one
+    # decision (whether the op is written) binds them
+    linked = [c | r for c, r in zip(covers, reads)]
+    parts = [_Part(sorted(members, key=lambda k: covers[k])) for members in overlap_components(linked)]
     best = sorted(sub_hint)
     best_cost = sum(sub_costs[k] for k in best) if sub_hint else math.inf
     cuts = 0
@@ -663,6 +707,23 @@ def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], cove
     status = "OPTIMAL" if proven else "FEASIBLE"
     return _Solved([keep[k] for k in best], best_cost, sum(p.bound for p in parts), status, solver.stopped,
                    solver.budget, len(parts), solver.reused, solver.solves, cuts)
+
+
+def _copies(graph: Graph, masks: list[int], recomputed: list[int]) -> tuple[list[int], list[int]]:
+    """Per candidate, the members it recomputes from their operands (not
+    ``Graph.input_derived_mask``: a scenario decides those), and the ops some
+    candidate so recomputes that it reads from memory (it holds a reader, not
+    the op)."""
+    g = graph
+    copies = [r & ~g.input_derived_mask for r in recomputed]
+    copyable = 0
+    for c in copies:
+        copyable |= c
+    if not copyable:
+        return copies, [0] * len(masks)
+    readers = [(i, g.readers_of[i]) for i in bits(copyable)]
+    reads = [sum(1 << i for i, r in readers if r & mask and not mask >> i & 1) for mask in masks]
+    return copies, reads
 
 
 def _hint_cost(part: _Part, costs: list[int], hint: set[int]) -> int:
