@@ -64,8 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(modelled joules)")
     p.add_argument("--recompute", action="store_true",
                    help="let the ilp recompute elementwise and layout ops that two ops read (masks, RoPE tables, "
-                   "broadcasts, shared activations) in every group that reads them, instead of writing them once: "
-                   "exact over those coverings too; slower")
+                   "activations no one kernel can hold with all their readers) in every group that reads them, "
+                   "instead of writing them once: exact over those coverings too; slower")
     p.add_argument("--max-ops", type=int, default=DEFAULT_MAX_OPS, metavar="N",
                    help=f"cap on ops per group (default {DEFAULT_MAX_OPS})")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")

@@ -164,3 +164,19 @@ def test_a_copy_reads_its_operand_which_its_producer_group_writes():
     with pytest.raises(IllegalPlan) as raised:
         evaluate(g, [["top"], ["t", "m", "a"], ["m"], ["mm"]])  # mm reads m, which no group writes
     assert raised.value.reason == "recompute.reader"
+
+
+def test_only_a_value_no_group_can_hold_with_its_readers_is_copied():
+    """``m`` read by a matmul and a row-sum over the other axis is recomputable;
+    read by two adds (one group can hold all three), or by a matmul and a sum of
+    that matmul's result (another op on a path between its readers), it is not."""
+    shapes = {"x": [256, 256], "w": [256, 256]}
+    apart = make_graph(shapes, [op("t", "matmul", ["x", "w"]), op("m", "tanh", ["t"]), op("p", "matmul", ["m", "w"]),
+                                op("s", "reduce_sum", ["m"], axes=[0], keepdims=True)], ["p", "s"])
+    together = make_graph(shapes, [op("t", "matmul", ["x", "w"]), op("m", "tanh", ["t"]), op("a", "add", ["m", 1.0]),
+                                   op("b", "mul", ["m", 2.0])], ["a", "b", "t"])
+    between = make_graph(shapes, [op("t", "matmul", ["x", "w"]), op("m", "tanh", ["t"]),
+                                  op("p", "matmul", ["m", "w"]), op("q", "relu", ["p"]),
+                                  op("s", "add", ["m", "q"])], ["s", "t"])
+    assert apart.names(apart.recomputable_mask) == ["m"] and not apart.input_derived_mask
+    assert not together.recomputable_mask and not between.recomputable_mask
