@@ -179,6 +179,7 @@ class Plan:
     solver: SolverInfo
     max_ops: int = DEFAULT_MAX_OPS
     objective: str = "time"
+    recompute: bool = False  # the ilp could recompute ops (coverings)
 
     def to_dict(self) -> dict:
         """The plan as JSON-ready data (the CLI's ``--format json`` object)."""
@@ -188,6 +189,7 @@ class Plan:
             "strategy": self.strategy,
             "max_ops": self.max_ops,
             "objective": self.objective,
+            "recompute": self.recompute,
             "groups": [
                 {
                     "ops": list(g.ops),

@@ -43,7 +43,7 @@ def _header(plan: Plan) -> list[str]:
         lines.append(f"dead code {len(g.dead_ops)} op(s) reach no output and are kept: {shown}")
     s = plan.solver
     bound = "" if s.bound is None else f", lower bound {s.bound:,.1f} {UNITS[plan.objective]}, gap {_gap(plan)}"
-    goal = f" (objective: {plan.objective})" if plan.strategy == "ilp" else ""
+    goal = f" (objective: {plan.objective}{', recompute' * plan.recompute})" if plan.strategy == "ilp" else ""
     lines.append(f"strategy  {plan.strategy}{goal}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
     if s.details.get("stopped_by"):
         lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}; "

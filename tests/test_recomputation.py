@@ -82,11 +82,14 @@ def test_the_cli_recomputes_when_asked(tmp_path, capsys):
             "outputs": list(g.outputs)}
     path.write_text(json.dumps(spec))
     assert main([str(path), "--recompute", "--format", "json"]) == 0
-    groups = json.loads(capsys.readouterr().out)["groups"]
+    planned = json.loads(capsys.readouterr().out)
+    groups = planned["groups"]
+    assert planned["recompute"] is True
     assert sum("m" in group["ops"] for group in groups) == 2
     assert sorted(group["recomputed"] for group in groups if group["recomputed"]) == [["a", "m"], ["a", "m"]]
     assert main([str(path), "--recompute", "--report"]) == 0
-    assert capsys.readouterr().out.count("recomputed in #") == 2
+    report = capsys.readouterr().out
+    assert report.count("recomputed in #") == 2 and "(objective: time, recompute)" in report
     with pytest.raises(SystemExit) as exited:  # the heuristics never recompute
         main([str(path), "--recompute", "--strategy", "greedy"])
     assert exited.value.code == 2

@@ -101,7 +101,8 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     if bound is not None:  # the bound is exact in integers; keep float rounding from showing it above the cost
         bound = min(bound, cost.value(objective))
     solver = SolverInfo(info["status"], wall, bound, info.get("gap"), info.get("details", {}))
-    return Plan(graph, hw, strategy, [list(g.ops) for g in cost.groups], cost, solver, max_ops, objective)
+    return Plan(graph, hw, strategy, [list(g.ops) for g in cost.groups], cost, solver, max_ops, objective,
+                recompute)
 
 
 def compare(graph: Graph, hardware: str | Hardware = "h100", strategies: tuple[str, ...] = ("none", "greedy", "ilp"),
