@@ -413,9 +413,9 @@ class Graph:
         between which passes another compute op, and that no group can hold with
         all its readers (their convex hull breaks a hereditary rule,
         ``legality.hereditary_violation``, at any op cap: a GEMM and a reduction
-        over another axis). Every plan then puts a reader apart from
-        such an op, which must be written or recomputed there, from its operands,
-        which each group that recomputes it reads or recomputes in turn. (The
+        over another axis). Every plan then puts a reader apart from such an op,
+        which must be written or recomputed there, from its operands, which each
+        group that recomputes it reads or recomputes in turn. (The
         enumeration's must-write cuts skip every recomputable op: making every
         value two ops read recomputable gave GPT-2 2L 2.4 million variants of its
         groups to decide, against 10,613; a residual sum, read by the next layer

@@ -54,10 +54,9 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     recompute : bool
         Let the ILP compute a recomputable op (``Graph.recomputable_mask``: an
         elementwise or layout op two ops read, such as a mask, a RoPE table, or an
-        activation a GEMM and a reduction read) in every group that reads
-        it instead of writing it once; the
-        plan is then the optimum over coverings as well as partitions
-        (``docs/strategies.md``). Off by default: the enumeration grows with every
+        activation a GEMM and a reduction read) in every group that reads it
+        instead of writing it once; the plan is then the optimum over coverings as
+        well as partitions (``docs/strategies.md``). Off by default: the enumeration grows with every
         group that may take such ops in (Llama 2L: 13,000 candidates to 101,000).
 
     Returns

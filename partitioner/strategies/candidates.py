@@ -392,19 +392,17 @@ class _Search:
         are one group: the first is kept."""
         g = self.graph
         derived = g.input_derived_mask
-        read_outside = [i for i in bits(mask & self.recomputable) if g.readers_of[i] & ~mask]
-        copyable = sum(1 << i for i in read_outside if not derived >> i & 1)
+        copyable = sum(1 << i for i in bits(mask & self.recomputable & ~derived) if g.readers_of[i] & ~mask)
         able = [i for i in bits(mask & derived) if g.readers_of[i] & (~mask | copyable)
                 and not g.ancestors_mask[i] & g.compute_mask & ~mask]
-        tables = [0]
+        out = [0]
         for r in range(1, len(able) + 1):
             for chosen in itertools.combinations(able, r):
                 closure = 0
                 for i in chosen:
                     closure |= 1 << i | g.ancestors_mask[i] & g.compute_mask
                 if all(closure >> i & 1 == (i in chosen) for i in able):
-                    tables.append(closure)
-        out = tables
+                    out.append(closure)
         for i in bits(copyable):
             out += [r | 1 << i for r in out]
         if not copyable:
