@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import ml_dtypes
-
-from .dtypes import FLOATS, HALFS, numpy_dtype
+from .dtypes import FLOATS, HALFS, epsilon
 from .errors import InferenceError
 from .ops import Attr, TensorType
 
@@ -100,7 +98,7 @@ def _layer_norm(b: _Builder, inputs, attrs) -> None:
 def _rms_norm(b: _Builder, inputs, attrs, x_dtype: str) -> None:
     eps = attrs["eps"]
     if eps is None:  # PyTorch's default: the machine epsilon of the (floating) input dtype
-        eps = float(ml_dtypes.finfo(numpy_dtype(x_dtype if x_dtype in FLOATS else "float32")).eps)
+        eps = epsilon(x_dtype if x_dtype in FLOATS else "float32")
     x = b.upcast(inputs[0])
     mean_sq = b.add("mean_sq", "reduce_mean", [b.add("sq", "mul", [x, x])], axes=attrs["axes"], keepdims=True)
     inv = b.add("inv", "rsqrt", [b.add("ms_eps", "add", [mean_sq, eps])])

@@ -7,7 +7,8 @@ types together give ``float32``, and a numeric literal is a *weak* scalar.
 
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 #: The dtypes format 1.1 adds.
@@ -22,17 +23,42 @@ HALFS = frozenset({"float16", "bfloat16"})
 UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
 INTEGERS = frozenset({"int8", "int16", "int32", "int64"}) | UNSIGNED
 
-_ML_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-              "float8_e5m2": ml_dtypes.float8_e5m2}
-_NUMPY = {name: np.dtype(_ML_DTYPES.get(name, name)) for name in DTYPES}
-_ML_NUMPY = frozenset(np.dtype(t) for t in _ML_DTYPES.values())
+#: The dtypes NumPy stores through ``ml_dtypes``, with their bytes per element.
+_ML_DTYPES = {"bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_NUMPY = {name: np.dtype(name) for name in DTYPES if name not in _ML_DTYPES}  # ml_dtypes' join on first use
+_ITEMSIZE = {**{name: t.itemsize for name, t in _NUMPY.items()}, **_ML_DTYPES}
+_ML_NUMPY: set[np.dtype] = set()
+
+
+def _load_ml_dtypes() -> None:
+    """Adds ml_dtypes' types to the NumPy dtypes, once. Imported only when an array of
+    them is made (reference execution, emulation, importers): the import costs about
+    0.6 s (ml_dtypes 0.7, this machine), more than planning a small graph."""
+    if not _ML_NUMPY:
+        import ml_dtypes
+
+        for name in _ML_DTYPES:
+            _NUMPY[name] = np.dtype(getattr(ml_dtypes, name))
+            _ML_NUMPY.add(_NUMPY[name])
 
 Literal = int | float
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    """The NumPy dtype that stores ``dtype`` (bfloat16 and the 8-bit floats through ``ml_dtypes``)."""
+    """The NumPy dtype that stores ``dtype`` (bfloat16 and the 8-bit floats through
+    ``ml_dtypes``). Raises KeyError for a name not in :data:`DTYPES`."""
+    if dtype in _ML_DTYPES:
+        _load_ml_dtypes()
     return _NUMPY[dtype]
+
+
+def epsilon(dtype: str) -> float:
+    """The machine epsilon of the float ``dtype`` (NumPy's, or ml_dtypes' ``finfo``)."""
+    if dtype in _ML_DTYPES:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(numpy_dtype(dtype)).eps)
+    return float(np.finfo(numpy_dtype(dtype)).eps)
 
 
 def cast_array(array, dtype: str) -> np.ndarray:
@@ -45,6 +71,8 @@ def cast_array(array, dtype: str) -> np.ndarray:
     so NaN and out-of-range values give what NumPy's float32 conversion gives.
     """
     a = np.asarray(array)
+    if dtype in _ML_DTYPES or "ml_dtypes" in sys.modules:  # (an array of its types made elsewhere)
+        _load_ml_dtypes()
     with np.errstate(all="ignore"):  # overflow to inf and NaN to integer are the conversion's meaning
         if a.dtype in _ML_NUMPY and dtype in INTEGERS:  # through float32 (exact): NumPy's own float->int
             return a.astype(np.float32).astype(_NUMPY[dtype])
@@ -60,7 +88,7 @@ def cast_array(array, dtype: str) -> np.ndarray:
 
 def itemsize(dtype: str) -> int:
     """Bytes per element; ``bool`` is stored as one byte."""
-    return _NUMPY[dtype].itemsize
+    return _ITEMSIZE[dtype]
 
 
 def compute_dtype(dtype: str) -> str:

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from partitioner import GraphError, load_graph, run_reference
-from partitioner.dtypes import numpy_dtype
+from partitioner.dtypes import DTYPES, FLOATS, epsilon, itemsize, numpy_dtype
 
-from .conftest import make_graph, op
+from .conftest import ROOT, make_graph, op
 
 
 def _run(inputs, ops, outputs, values=None):
@@ -296,3 +298,24 @@ def test_float8_rounds_once_to_nearest_even_and_e4m3fn_overflows_to_nan():
     e = values["e"].astype(np.float64)
     assert e[0] == 1.125 and e[1] == 1.0 and np.isnan(e[2]) and e[3] == 448.0  # 1.0625 ties to even
     assert values["f"].dtype == np.dtype(ml_dtypes.float8_e5m2) and values["f"].astype(np.float64)[2] == 512.0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_each_dtype_has_numpys_itemsize_and_epsilon(dtype):
+    import ml_dtypes
+
+    assert itemsize(dtype) == numpy_dtype(dtype).itemsize
+    if dtype in FLOATS:
+        info = ml_dtypes.finfo if dtype in ("bfloat16", "float8_e4m3fn", "float8_e5m2") else np.finfo
+        assert epsilon(dtype) == float(info(numpy_dtype(dtype)).eps)
+
+
+def test_planning_imports_neither_ml_dtypes_nor_scipy(tmp_path):
+    """Their imports cost about 0.75 s of every ``partition`` run; only reference
+    execution, emulation, the importers and values stored in their types (a
+    bfloat16 constant) need them."""
+    code = ("import sys; from partitioner import load_graph, partition; "
+            f"partition(load_graph({str(ROOT / 'graphs' / 'gpt2_2l_b8_s1024_f16.yaml')!r}), 'greedy'); "
+            "print(sorted(m for m in ('ml_dtypes', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "[]"
