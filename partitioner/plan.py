@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost
+from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, flops_once, group_cost
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
@@ -23,7 +23,8 @@ class PlanCost:
         bytes_read, bytes_written: global-memory traffic, bytes.
         launches: kernel launches.
         flops, recomputed_flops: FLOP the kernels compute, and the part of it that
-            recomputes values (modelled).
+            recomputes values (modelled): within a group (a prologue once per tile)
+            and, for an op that several groups compute, each copy after the first.
         modeled_time_us: Σ launch overhead + max(bytes / bandwidth, FLOP / peak),
             microseconds (modelled: the roofline, the ``time`` objective).
         traffic_time_us: Σ launch overhead + bytes / bandwidth (modelled, the
@@ -52,7 +53,18 @@ class PlanCost:
 
     @property
     def recomputed_flops(self) -> int:
-        return sum(g.recomputed_flops for g in self.groups)
+        within = sum(g.recomputed_flops for g in self.groups)
+        if not self.groups:
+            return within
+        graph = self.groups[0].group.graph
+        seen: set[str] = set()
+        copies = 0
+        for g in self.groups:
+            for op in g.group.compute:
+                if op.name in seen:
+                    copies += flops_once(graph, op)
+                seen.add(op.name)
+        return within + copies
 
     @property
     def modeled_time_us(self) -> float:

@@ -15,6 +15,7 @@ from backends.cuda import CudaBackend
 from backends.numpy_backend import NumpyBackend
 from partitioner import IllegalPlan, evaluate, load_graph, partition
 from partitioner.cli import main
+from partitioner.cost import flops_once
 
 from .conftest import ROOT, make_graph, op
 from .test_attention import best_covering
@@ -146,6 +147,11 @@ def test_the_ilp_recomputes_an_activation_from_its_operand_in_a_prologue_and_a_r
     assert saved == g.tensor("m").nbytes
     assert plan_objective(recomputing.cost, H100, "time") == best_covering(g)["time"]
     assert plain.cost.modeled_time_us > recomputing.cost.modeled_time_us
+    # every FLOP beyond computing each op once is recomputed: m's second copy included
+    once = sum(flops_once(g, g.ops[name]) for name in g.names(g.compute_mask))
+    for plan in (plain, recomputing):
+        assert plan.cost.recomputed_flops == plan.cost.flops - once
+    assert recomputing.cost.recomputed_flops >= plain.cost.recomputed_flops + flops_once(g, g.ops["m"]) > 0
 
 
 def test_a_copy_reads_its_operand_which_its_producer_group_writes():
