@@ -152,6 +152,13 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     return None
 
 
+def breaks_hereditary(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) -> bool:
+    """Whether the op set ``mask`` breaks a rule of :func:`hereditary_violation`, the
+    op cap tested first: a hull across layers breaks it at a count, before the rules
+    that analyse every pair of its contractions (which grows with the hull)."""
+    return (mask & g.compute_mask).bit_count() > max_ops or hereditary_violation(g, mask, max_ops) is not None
+
+
 def _contraction_violation(g: Graph, contractions: int, reductions: int, mask: int) -> IllegalPlan | None:
     """Contractions and reductions together: legal only inside an attention group, so a
     set is beyond repair unless its contractions and reductions all fit one attention

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from partitioner import load_graph, load_hardware, partition
+from partitioner import evaluate, load_graph, load_hardware, partition
 from partitioner.cost import FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, objective
 from partitioner.group import Group
 from partitioner.legality import is_legal
@@ -389,3 +389,21 @@ VIEW_OF_AN_INPUT = [
 @pytest.mark.parametrize("graph", VIEW_OF_AN_INPUT, ids=["siblings_and_matmuls", "two_matmuls"])
 def test_ops_that_share_a_view_of_an_input_pass_nothing_between_them(graph):
     assert_ilp_exact(graph)
+
+
+def test_energies_past_the_solvers_64_bits_are_solved_in_their_common_unit():
+    """Seven 1-TiB operands summed and multiplied in a chain: under ``energy`` (in
+    femtojoules) the 28 candidates' costs sum past 2^62, which CP-SAT cannot take;
+    every one is a multiple of 50 fJ (the h100's energies are), and in that unit the
+    model fits. The plan is the cheapest of the chain's 64 segmentations."""
+    n, k = 1 << 19, 7
+    ops = [op(f"a{i}", "mul" if i % 2 else "add", [f"a{i - 1}" if i else "x", f"y{i}"]) for i in range(k)]
+    g = make_graph({"x": [n, n], **{f"y{i}": [n, n] for i in range(k)}}, ops, [f"a{k - 1}", "a2"])
+    found = enumerate_candidates(g, H100, 64, kind="energy")
+    assert sum(found.costs) > 1 << 62
+    names = [f"a{i}" for i in range(k)]
+    best = min(evaluate(g, [names[a:b] for a, b in zip((0, *cuts), (*cuts, k))]).energy_uj
+               for r in range(k) for cuts in itertools.combinations(range(1, k), r))
+    plan = partition(g, "ilp", objective="energy")
+    assert plan.solver.status == "OPTIMAL" and plan.solver.gap == 0
+    assert plan.cost.energy_uj == best

@@ -86,7 +86,7 @@ from ..cost import FREE_PROLOGUE_OBJECTIVES, free_prologues, objective
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import hereditary_violation, is_legal, written_violation
+from ..legality import breaks_hereditary, is_legal, written_violation
 
 
 class _Stop(Exception):
@@ -245,10 +245,7 @@ class _Search:
         self.work += 1
         ok = self.hull_ok.get(hull)
         if ok is None:
-            # the op cap (a hereditary rule) first: a hull across layers fails it at a
-            # count, before the rules that analyse every pair of its contractions
-            ok = (hull & self.graph.compute_mask).bit_count() <= self.max_ops
-            ok = self.hull_ok[hull] = ok and hereditary_violation(self.graph, hull, self.max_ops) is None
+            ok = self.hull_ok[hull] = not breaks_hereditary(self.graph, hull, self.max_ops)
         return ok
 
     def hull_with(self, mask: int, below: int, above: int, i: int) -> int:

@@ -44,7 +44,9 @@ CP-SAT's deterministic parallel mode, ``interleave_search``, was 4-5x slower the
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import time
 from dataclasses import dataclass, field, replace
 
@@ -58,7 +60,7 @@ from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import covering_groups, dependencies, hereditary_violation, is_legal
+from ..legality import breaks_hereditary, covering_groups, dependencies, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .greedy import greedy_groups
@@ -86,6 +88,11 @@ WORKERS = 1
 # them (one group per op is then a complete warm start), one it does not pays at most
 # twice, and there they may prove the plan at once (the structural bound).
 HEURISTIC_WORK_PER_OP = 130
+# Sorting the candidates into one scenario of recomputation and building its model
+# costs about this much CPU time per candidate (this machine: Llama 2L, 1,746
+# scenarios), charged to the solve's deterministic budget so that a graph with many
+# scenarios stops at its --time-limit like any other solve.
+SCENARIO_WORK_S = 3e-6
 #: CP-SAT rejects a linear objective whose terms could sum past 2^63.
 OBJECTIVE_LIMIT = 1 << 62
 
@@ -136,10 +143,8 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     for name in g.names(g.compute_mask):
         size = g.ops[name].out.nbytes
         readers = g.storage_readers.get(name, 0)
-        split = any(
-            hereditary_violation(g, g.convex_hull((1 << g.index[name]) | (1 << g.index[r])), max_ops)
-            for r in g.names(readers)
-        )
+        split = any(breaks_hereditary(g, g.convex_hull((1 << g.index[name]) | (1 << g.index[r])), max_ops)
+                    for r in g.names(readers))
         outputs += size * (name in g.output_storages)
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
     launches = _launch_bound(g, max_ops)
@@ -232,15 +237,27 @@ def _compute_masks(graph: Graph, groups: list[list[str]]) -> list[int]:
     return [m for m in masks if m]
 
 
-def _check_objective_fits(graph: Graph, costs: list[int]) -> None:
-    """Raise :class:`SizeError` unless CP-SAT can sum every candidate's cost in 64 bits
-    (it rejects a model whose objective could overflow)."""
-    total = sum(costs)
+def _objective_unit(graph: Graph, costs: list[int]) -> int:
+    """The largest whole number every cost of one model is a multiple of, which CP-SAT
+    sums costs in (exact: the same argmin, the bound times it). Energies are in
+    femtojoules, and the built-in profiles' are multiples of 50 (h100: 31,200 a HBM
+    byte, 750 a tensor-core FLOP), which brings Phi-2 2L's part of 82,744 candidates
+    from 2^64 under 2^59.
+
+    Raises
+    ------
+    SizeError
+        CP-SAT cannot sum the costs in that unit in 64 bits (it rejects a model whose
+        objective could overflow).
+    """
+    unit = math.gcd(*costs) or 1
+    total = sum(costs) // unit
     if total >= OBJECTIVE_LIMIT:
         raise SizeError(f"{graph.path or graph.name}: the exact integer objective over {len(costs):,} candidate "
                         f"groups sums to 2^{total.bit_length() - 1} and more, above the solver's 2^62: the tensor "
                         "bytes and the profile's launch cost are too large for the exact ilp; plan with a "
                         "heuristic (--strategy greedy)")
+    return unit
 
 
 class _Progress(cp_model.CpSolverSolutionCallback):
@@ -249,20 +266,21 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     best plans) and its bound on top of ``bound_offset``."""
 
     def __init__(self, report: Progress | None, hw: Hardware, kind: str, start: float, best: int | None, phase: str,
-                 offset: int = 0, bound_offset: int = 0):
+                 offset: int = 0, bound_offset: int = 0, unit: int = 1):
         super().__init__()
         self.report, self.hw, self.kind, self.start, self.phase = report, hw, kind, start, phase
+        self.unit = unit  # the model's objective is in this many of the objective's units
         self.best, self.bound, self.last = best, -math.inf, 0.0
         self.offset, self.bound_offset = offset, bound_offset
 
     def on_solution_callback(self) -> None:
-        found = int(self.ObjectiveValue())
+        found = round(self.ObjectiveValue()) * self.unit
         self.best = found if self.best is None else min(self.best, found)
         self.tick()
 
     def on_bound(self, bound: float) -> None:
         # every candidate costs >= 0, so a negative early bound says nothing
-        self.bound = max(self.bound, bound, 0.0)
+        self.bound = max(self.bound, bound * self.unit, 0.0)
         self.tick()
 
     def tick(self) -> None:
@@ -334,14 +352,15 @@ class _Solver:
         self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
         self.budget = limit  # deterministic seconds left
         self.solves = self.reused = 0
-        self.memo: dict[tuple, tuple[list[int], int, bool]] = memo  # shared by the scenarios of a solve
+        # costs_key -> (key -> solution, the first part of those costs, not keyed yet);
+        # shared by the scenarios of a solve
+        self.memo: dict[tuple, tuple[dict, list]] = memo
         self.stopped = False
 
-    def key(self, part: _Part) -> tuple | None:
+    def key(self, part: _Part) -> tuple:
         """The part's structure relabelled to local op positions, with its costs: two
-        parts with the same key have the same exact covers at the same costs."""
-        if part.cuts:
-            return None
+        parts with the same key have the same exact covers at the same costs (a part
+        without cuts)."""
         union = 0
         for k in part.members:
             union |= self.masks[k]
@@ -352,9 +371,10 @@ class _Solver:
 
     def solve(self, part: _Part, offset: int, bound_offset: int, phase: str) -> None:
         """Sets ``part.chosen``/``cost``/``bound``/``optimal``; never worse than the hint."""
-        key = self.key(part)
-        if key is not None and key in self.memo:
-            local, bound, optimal = self.memo[key]
+        costs = None if part.cuts else self.costs_key(part)
+        reused = self.reuse(part, costs)
+        if reused is not None:
+            local, bound, optimal = reused
             part.chosen = [part.members[p] for p in local]
             part.cost, part.bound, part.optimal = sum(self.costs[k] for k in part.chosen), bound, optimal
             self.reused += 1
@@ -366,47 +386,81 @@ class _Solver:
             (None, math.inf, 0, False)
         if self.budget > 0:
             self._cp_sat(part, hint_cost, offset, bound_offset, phase)
-        if key is not None and part.chosen is not None:
+        if costs is not None and part.chosen is not None:
             position = {k: p for p, k in enumerate(part.members)}
-            self.memo[key] = ([position[k] for k in part.chosen], part.bound, part.optimal)
+            solved = ([position[k] for k in part.chosen], part.bound, part.optimal)
+            keyed, first = self.memo.setdefault(costs, ({}, []))
+            if keyed or first:
+                keyed[self.key(part)] = solved
+            else:  # keyed only when a second part of these costs comes (reuse)
+                first.append((self, part, solved))
+
+    def costs_key(self, part: _Part) -> tuple:
+        """A projection of :meth:`key` (the part's size and costs), cheap to compute."""
+        return len(part.members), tuple([self.costs[k] for k in part.members])
+
+    def reuse(self, part: _Part, costs: tuple | None) -> tuple[list[int], int, bool] | None:
+        """The solution of an earlier part of the same key, as positions into its
+        members with its bound and whether it is optimal; None if there is none or
+        the part has cuts (``costs`` None; else its :meth:`costs_key`). A part's full
+        key (:meth:`key`) is computed only when an earlier part had its costs: most
+        parts are the only ones of their costs, and a key costs a pass over every
+        member's ops (0.4 s on Phi-2 2L's part of 51,596 candidates)."""
+        if costs not in self.memo:
+            return None
+        keyed, first = self.memo[costs]
+        for solver, earlier, solved in first:  # the first part of these costs, keyed now
+            keyed[solver.key(earlier)] = solved
+        first.clear()
+        return keyed.get(self.key(part))
 
     def _cp_sat(self, part: _Part, hint_cost: int | None, offset: int, bound_offset: int, phase: str) -> None:
+        # Built through the model's proto: the Python wrappers cost 2-3 us a variable, a
+        # literal, a hint or an objective term, which on a part of 51,596 candidates and
+        # 991,213 literals (Phi-2 2L) came to 0.4 s, a third as much as CP-SAT's solve.
         model = cp_model.CpModel()
-        x = {k: model.new_bool_var(f"g{k}") for k in part.members}
+        proto = model.proto
+        n = len(part.members)
+        for _ in range(n):  # candidate part.members[v] is variable v
+            proto.variables.add().domain.extend((0, 1))
         covers: dict[int, list[int]] = {}  # op -> the candidates that compute it once (or write it)
         copies: dict[int, list[int]] = {}  # op -> the candidates that recompute it
         reads: dict[int, list[int]] = {}  # op -> the candidates that read it from memory
-        for k in part.members:
+        for v, k in enumerate(part.members):
             for i in bits(self.masks[k] & ~self.copies[k]):
-                covers.setdefault(i, []).append(k)
+                covers.setdefault(i, []).append(v)
             for i in bits(self.copies[k]):
-                copies.setdefault(i, []).append(k)
+                copies.setdefault(i, []).append(v)
             for i in bits(self.reads[k]):
-                reads.setdefault(i, []).append(k)
-        recomputed = {}  # op -> whether the plan recomputes it (no group writes it)
+                reads.setdefault(i, []).append(v)
+        recomputed = []  # per op some candidate recomputes, the variable "no group writes it"
         for i in sorted(covers.keys() | copies.keys()):
-            if i not in copies:
-                model.add_exactly_one(x[k] for k in covers[i])
-                continue
-            f = recomputed[i] = model.new_bool_var(f"r{i}")
-            model.add(sum(x[k] for k in covers.get(i, ())) + f == 1)  # computed once, or in copies only
-            for k in copies[i]:
-                model.add_implication(x[k], f)
-            for k in reads.get(i, ()):  # a value no group writes cannot be read
-                model.add_implication(x[k], f.Not())
+            literals = covers.get(i, [])
+            if i in copies:  # computed once, or in copies only
+                f = len(proto.variables)
+                proto.variables.add().domain.extend((0, 1))
+                recomputed.append(f)
+                literals = literals + [f]
+                var = model.get_bool_var_from_proto_index(f)
+                for v in copies[i]:
+                    model.add_implication(model.get_bool_var_from_proto_index(v), var)
+                for v in reads.get(i, ()):  # a value no group writes cannot be read
+                    model.add_implication(model.get_bool_var_from_proto_index(v), var.Not())
+            proto.constraints.add().exactly_one.literals.extend(literals)
+        position = {k: v for v, k in enumerate(part.members)}
         for cut in part.cuts:
-            model.add(sum(x[k] for k in cut) <= len(cut) - 1)
-        # the snake-case API and one weighted sum: the deprecated names and a chained sum
-        # cost about 40 us a candidate in Python (a third of Phi-2 2L's solve)
-        model.minimize(cp_model.LinearExpr.weighted_sum([x[k] for k in part.members],
-                                                        [self.costs[k] for k in part.members]))
+            model.add(sum(model.get_bool_var_from_proto_index(position[k]) for k in cut) <= len(cut) - 1)
+        costs = [self.costs[k] for k in part.members]
+        unit = _objective_unit(self.graph, costs)
+        proto.objective.vars.extend(range(n))
+        proto.objective.coeffs.extend(c // unit for c in costs)
         if self.use_hint:
             # a complete hint; over a cut-short candidate list, where greedy's groups were
             # added by hand, the hint slowed CP-SAT down tenfold (measured), so none is given
-            for k, var in x.items():
-                model.add_hint(var, k in self.hint)
-            for f in recomputed.values():  # a heuristic plan recomputes nothing
-                model.add_hint(f, False)
+            proto.solution_hint.vars.extend(range(n))
+            proto.solution_hint.values.extend(int(k in self.hint) for k in part.members)
+            proto.solution_hint.vars.extend(recomputed)  # a heuristic plan recomputes nothing
+            proto.solution_hint.values.extend([0] * len(recomputed))
         solver = cp_model.CpSolver()
         solver.parameters.max_deterministic_time = self.budget
         solver.parameters.num_workers = WORKERS
@@ -417,7 +471,7 @@ class _Solver:
         # Probing likewise: 0.85 s -> 0.04 s on a ResNet-50 stage of 3,857 candidates,
         # proving the same optimum.
         solver.parameters.cp_model_probing_level = 0
-        callback = _Progress(self.progress, self.hw, self.kind, self.start, hint_cost, phase, offset, bound_offset)
+        callback = _Progress(self.progress, self.hw, self.kind, self.start, hint_cost, phase, offset, bound_offset, unit)
         solver.best_bound_callback = callback.on_bound
         result = solver.solve(model, callback)
         self.solves += 1
@@ -426,11 +480,14 @@ class _Solver:
             raise RuntimeError(f"CP-SAT rejected the model: {model.validate()}")
         if result == cp_model.INFEASIBLE:
             return  # only the cuts can do this; the hint stands and proves nothing
-        part.bound = max(0, math.ceil(solver.best_objective_bound - 1e-6))
+        response = solver.response_proto
+        # the integer bound: the float one rounds above 2^53, a hair under a proven optimum
+        part.bound = max(0, response.inner_objective_lower_bound) * unit
         part.optimal = result == cp_model.OPTIMAL
         self.stopped |= not part.optimal
         if result in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            chosen = [k for k in part.members if solver.boolean_value(x[k])]
+            solution = response.solution
+            chosen = [k for v, k in enumerate(part.members) if solution[v]]
             cost = sum(self.costs[k] for k in chosen)
             if cost < part.cost:
                 part.chosen, part.cost = chosen, cost
@@ -530,7 +587,9 @@ class Ilp(Strategy):
         status = solved.status if solved.status == "OPTIMAL" or bound < solved.cost else "OPTIMAL"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
         if solved.stopped or solved.budget <= 0 and status != "OPTIMAL":
-            stopped.append("the solver's time limit (--time-limit, deterministic)")
+            left = (f", with {solved.scenarios - solved.scenarios_solved:,} of {solved.scenarios:,} scenarios of "
+                    "recomputation unsolved") if solved.scenarios_solved < solved.scenarios else ""
+            stopped.append(f"the solver's time limit (--time-limit, deterministic){left}")
         details = {
             "warm_start": warm.name,
             "candidates": len(cands.masks),
@@ -546,6 +605,7 @@ class Ilp(Strategy):
             "cycle_cuts": solved.cuts,
             "solves": solved.solves,
             "recomputation_scenarios": solved.scenarios,
+            "recomputation_scenarios_solved": solved.scenarios_solved,
         }
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
@@ -569,6 +629,7 @@ class _Solved:
     solves: int
     cuts: int
     scenarios: int = 1
+    scenarios_solved: int = 1
 
 
 def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[int], recomputed: list[int],
@@ -585,17 +646,23 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
             masks.append(mask)
             costs.append(cost)
             recomputed.append(0)
-    _check_objective_fits(graph, costs)
     hint = {position[mask, 0] for mask in warm.masks}
-    memo: dict[tuple, tuple[list[int], int, bool]] = {}
+    memo: dict[tuple, tuple[dict, list]] = {}
     best: _Solved | None = None
     budget, bound, proven, stopped, totals = limit, math.inf, complete, False, [0, 0, 0, 0]
     free_sets = scenarios(graph, masks, recomputed)
+    classes = _Allowed(graph, masks, recomputed) if len(free_sets) > 1 else None
+    solved_sets = 0
     for free in free_sets:
-        if len(free_sets) == 1:  # nothing is recomputed: every candidate
+        if classes is None:  # nothing is recomputed: every candidate
             keep = list(range(len(masks)))
+        elif budget <= 0 and best is not None:  # the scenarios left are unsolved: no bound but the structure's
+            bound, proven, stopped = 0, False, True
+            break
         else:
-            keep = [k for k in range(len(masks)) if allows(graph, free, masks[k], recomputed[k])]
+            budget -= SCENARIO_WORK_S * len(masks)
+            keep = classes.allowed(free)
+        solved_sets += 1
         covered = 0
         for k in keep:
             covered |= masks[k]
@@ -611,7 +678,7 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
             best = solved
     status = "OPTIMAL" if proven else "FEASIBLE" if best.cost < warm.cost else "WARM_START"
     return _Solved(best.chosen, best.cost, int(min(bound, best.cost)), status, stopped, budget, *totals,
-                   scenarios=len(free_sets))
+                   scenarios=len(free_sets), scenarios_solved=solved_sets)
 
 
 def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int]:
@@ -642,23 +709,57 @@ def scenarios(graph: Graph, masks: list[int], recomputed: list[int]) -> list[int
     return found
 
 
-def allows(graph: Graph, free: int, mask: int, recomputed: int) -> bool:
+def allows(key: tuple[int, int, int], free: int) -> bool:
     """Whether a plan that recomputes exactly the ops ``free`` of the graph inputs
-    alone may hold the candidate ``mask`` recomputing ``recomputed``: of those ops it
-    recomputes only ops of ``free``, writes
-    none of them (each of its members read outside it is recomputed by it), reads
-    none of them (it holds every member of ``free`` it reads), and holds an op that
-    is not recomputed (else it adds nothing)."""
+    alone may hold a candidate whose :func:`allows_key` is ``key``: of those ops it
+    recomputes only ops of ``free``, writes none of them (each of its members read
+    outside it is recomputed by it), reads none of them (it holds every member of
+    ``free`` it reads), and holds an op that is not recomputed (else it adds
+    nothing)."""
+    need, forbid, inside = key
+    return not need & ~free and not forbid & free and not (inside and not inside & ~free)
+
+
+def allows_key(graph: Graph, mask: int, recomputed: int) -> tuple[int, int, int]:
+    """What :func:`allows` reads of the candidate ``mask`` recomputing ``recomputed``,
+    as bitsets of ops of the graph inputs alone (``Graph.input_derived_mask``): those
+    it recomputes, those it writes (read outside it or by a member it recomputes) or
+    reads from memory, and its members when it holds only such ops, else 0."""
     g = graph
-    if recomputed & g.input_derived_mask & ~free or not mask & ~free:
-        return False
-    for i in bits(free & mask & ~recomputed):
-        if g.readers_of[i] & (~mask | recomputed):  # it writes it (for readers outside, or copies)
-            return False
-    for i in bits(free & ~mask):
-        if g.readers_of[i] & mask:
-            return False
-    return True
+    derived = g.input_derived_mask
+    forbid = 0
+    for i in bits(mask & derived & ~recomputed):
+        if g.readers_of[i] & (~mask | recomputed):
+            forbid |= 1 << i
+    near = g.cache.get("input_derived_readers")
+    if near is None:
+        near = g.cache["input_derived_readers"] = functools.reduce(
+            operator.or_, (g.readers_of[i] for i in bits(derived)), 0)
+    if mask & near:  # (most candidates read no such op)
+        for i in bits(derived & ~mask):
+            if g.readers_of[i] & mask:
+                forbid |= 1 << i
+    return recomputed & derived, forbid, mask if not mask & ~derived else 0
+
+
+class _Allowed:
+    """The candidates each scenario allows, found per class of candidates with the
+    same :func:`allows_key` (Llama 2L: 1,746 scenarios, and few classes against its
+    100,000 candidates)."""
+
+    def __init__(self, graph: Graph, masks: list[int], recomputed: list[int]):
+        self.classes: dict[tuple[int, int, int], list[int]] = {}
+        for k, (mask, r) in enumerate(zip(masks, recomputed)):
+            self.classes.setdefault(allows_key(graph, mask, r), []).append(k)
+
+    def allowed(self, free: int) -> list[int]:
+        """Positions of the candidates scenario ``free`` allows, ascending."""
+        keep = []
+        for key, members in self.classes.items():
+            if allows(key, free):
+                keep += members
+        keep.sort()
+        return keep
 
 
 def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], covers: list[int], costs: list[int],
