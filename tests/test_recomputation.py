@@ -16,6 +16,7 @@ from backends.numpy_backend import NumpyBackend
 from partitioner import IllegalPlan, evaluate, load_graph, partition
 from partitioner.cli import main
 from partitioner.cost import flops_once
+from partitioner.strategies import ilp
 
 from .conftest import ROOT, make_graph, op
 from .test_attention import best_covering
@@ -46,6 +47,21 @@ def test_the_ilp_recomputes_a_table_in_both_epilogues_and_saves_its_write():
     assert plan_objective(recomputing.cost, H100, "time") == best_covering(g)["time"]
     assert plan_objective(plain.cost, H100, "time") == best_covering(g, recompute=False)["time"]
     assert plain.cost.modeled_time_us > recomputing.cost.modeled_time_us
+
+
+def test_scenarios_left_when_the_budget_is_spent_are_reported_and_bound_by_the_structure(monkeypatch):
+    """Each scenario of recomputation is charged to the solve's budget: once it is
+    spent the scenarios left go unsolved, the plan is the partitions' optimum, and
+    the bound (the structural one) stays below every covering's cost."""
+    g = shared_table()
+    monkeypatch.setattr(ilp, "SCENARIO_WORK_S", 100.0)  # the first scenario spends the whole budget
+    plan = partition(g, "ilp", recompute=True)
+    d = plan.solver.details
+    assert d["recomputation_scenarios"] == 3 and d["recomputation_scenarios_solved"] == 1
+    assert plan.solver.status != "OPTIMAL"
+    assert any("2 of 3 scenarios of recomputation unsolved" in s for s in d["stopped_by"])
+    assert plan_objective(plan.cost, H100, "time") == best_covering(g, recompute=False)["time"]
+    assert plan.solver.bound * H100.time_units_per_s / 1e6 <= best_covering(g)["time"]
 
 
 def test_a_covering_is_judged_by_the_rules_of_recomputation():
