@@ -88,11 +88,13 @@ WORKERS = 1
 # them (one group per op is then a complete warm start), one it does not pays at most
 # twice, and there they may prove the plan at once (the structural bound).
 HEURISTIC_WORK_PER_OP = 130
-# Sorting the candidates into one scenario of recomputation and building its model
-# costs about this much CPU time per candidate (this machine: Llama 2L, 1,746
-# scenarios), charged to the solve's deterministic budget so that a graph with many
-# scenarios stops at its --time-limit like any other solve.
-SCENARIO_WORK_S = 3e-6
+# Solving one scenario of recomputation costs about this much CPU time per candidate
+# it allows besides CP-SAT's own (building its parts, keys and models: 1.7 us on Llama
+# 2L, this machine), charged to the solve's deterministic budget so that a graph with
+# many scenarios stops at its --time-limit like any other solve. (A scenario whose
+# candidates leave an op uncovered is dropped for the price of a pass over the classes
+# of candidates, too little to charge.)
+SCENARIO_WORK_S = 2e-6
 #: CP-SAT rejects a linear objective whose terms could sum past 2^63.
 OBJECTIVE_LIMIT = 1 << 62
 
@@ -654,20 +656,18 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
     classes = _Allowed(graph, masks, recomputed) if len(free_sets) > 1 else None
     solved_sets = 0
     for free in free_sets:
-        if classes is None:  # nothing is recomputed: every candidate
-            keep = list(range(len(masks)))
-        elif budget <= 0 and best is not None:  # the scenarios left are unsolved: no bound but the structure's
-            bound, proven, stopped = 0, False, True
+        if classes is not None and budget <= 0 and best is not None:
+            bound, proven, stopped = 0, False, True  # the scenarios left are unsolved: no bound but the structure's
             break
-        else:
-            budget -= SCENARIO_WORK_S * len(masks)
-            keep = classes.allowed(free)
         solved_sets += 1
-        covered = 0
-        for k in keep:
-            covered |= masks[k]
+        if classes is None:  # nothing is recomputed: every candidate
+            keep, covered = list(range(len(masks))), functools.reduce(operator.or_, masks, 0)
+        else:
+            keep, covered = classes.allowed(free)
         if graph.compute_mask & ~free & ~covered:
             continue  # an op no allowed candidate holds: no plan recomputes this set
+        if classes is not None:
+            budget -= SCENARIO_WORK_S * len(keep)
         solved = _solve_scenario(graph, hw, kind, keep, [masks[k] & ~free for k in keep], costs, masks, recomputed,
                                  hint if not free else set(), complete, budget, progress, start, memo)
         budget, bound, stopped = solved.budget, min(bound, solved.bound), stopped or solved.stopped
@@ -749,17 +749,22 @@ class _Allowed:
 
     def __init__(self, graph: Graph, masks: list[int], recomputed: list[int]):
         self.classes: dict[tuple[int, int, int], list[int]] = {}
+        self.covers: dict[tuple[int, int, int], int] = {}  # per class, the ops its candidates hold
         for k, (mask, r) in enumerate(zip(masks, recomputed)):
-            self.classes.setdefault(allows_key(graph, mask, r), []).append(k)
+            key = allows_key(graph, mask, r)
+            self.classes.setdefault(key, []).append(k)
+            self.covers[key] = self.covers.get(key, 0) | mask
 
-    def allowed(self, free: int) -> list[int]:
-        """Positions of the candidates scenario ``free`` allows, ascending."""
-        keep = []
+    def allowed(self, free: int) -> tuple[list[int], int]:
+        """Positions of the candidates scenario ``free`` allows, ascending, and the
+        ops they hold."""
+        keep, covered = [], 0
         for key, members in self.classes.items():
             if allows(key, free):
                 keep += members
+                covered |= self.covers[key]
         keep.sort()
-        return keep
+        return keep, covered
 
 
 def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], covers: list[int], costs: list[int],
