@@ -339,6 +339,23 @@ class _Part:
     optimal: bool = False
 
 
+def _lowest(masks: list[int], members: list[int]) -> int:
+    """The lowest op position the candidates ``members`` hold."""
+    return min((masks[k] & -masks[k]).bit_length() for k in members) - 1
+
+
+@dataclass
+class _Reusable:
+    """A solved part (of ``solver``'s candidates) that a part of the same key may
+    reuse: its solution as positions into its members, its bound, whether proven;
+    and its :meth:`_Solver.key`, computed when first compared."""
+
+    solver: "_Solver"
+    part: _Part
+    solved: tuple[list[int], int, bool]
+    key: tuple | None = None
+
+
 class _Solver:
     """Exact cover of each part with CP-SAT (see the module docstring), parts with the
     same structure and costs solved once, under one deterministic-time budget.
@@ -354,9 +371,9 @@ class _Solver:
         self.hint, self.use_hint, self.progress, self.start = hint, use_hint, progress, start
         self.budget = limit  # deterministic seconds left
         self.solves = self.reused = 0
-        # costs_key -> (key -> solution, the first part of those costs, not keyed yet);
-        # shared by the scenarios of a solve
-        self.memo: dict[tuple, tuple[dict, list]] = memo
+        # costs_key -> the parts solved with those costs, each reusable by a part of the
+        # same key; shared by the scenarios of a solve
+        self.memo: dict[tuple, list[_Reusable]] = memo
         self.stopped = False
 
     def key(self, part: _Part) -> tuple:
@@ -391,11 +408,7 @@ class _Solver:
         if costs is not None and part.chosen is not None:
             position = {k: p for p, k in enumerate(part.members)}
             solved = ([position[k] for k in part.chosen], part.bound, part.optimal)
-            keyed, first = self.memo.setdefault(costs, ({}, []))
-            if keyed or first:
-                keyed[self.key(part)] = solved
-            else:  # keyed only when a second part of these costs comes (reuse)
-                first.append((self, part, solved))
+            self.memo.setdefault(costs, []).append(_Reusable(self, part, solved))
 
     def costs_key(self, part: _Part) -> tuple:
         """A projection of :meth:`key` (the part's size and costs), cheap to compute."""
@@ -404,17 +417,35 @@ class _Solver:
     def reuse(self, part: _Part, costs: tuple | None) -> tuple[list[int], int, bool] | None:
         """The solution of an earlier part of the same key, as positions into its
         members with its bound and whether it is optimal; None if there is none or
-        the part has cuts (``costs`` None; else its :meth:`costs_key`). A part's full
-        key (:meth:`key`) is computed only when an earlier part had its costs: most
-        parts are the only ones of their costs, and a key costs a pass over every
-        member's ops (0.4 s on Phi-2 2L's part of 51,596 candidates)."""
-        if costs not in self.memo:
+        the part has cuts (``costs`` None; else its :meth:`costs_key`). Only parts of
+        the same costs are compared: first whether this one is a translate of one of
+        them (a repeated layer's part usually is: one pass of shifts), then by
+        :meth:`key`, which costs a pass over every member's ops (3.4 of Llama 32L's
+        15.6 s of planning, profiled, when every part was keyed)."""
+        earlier = self.memo.get(costs, []) if costs is not None else []
+        for other in earlier:
+            if self.translates(part, other):
+                return other.solved
+        if not earlier:
             return None
-        keyed, first = self.memo[costs]
-        for solver, earlier, solved in first:  # the first part of these costs, keyed now
-            keyed[solver.key(earlier)] = solved
-        first.clear()
-        return keyed.get(self.key(part))
+        key = self.key(part)
+        for other in earlier:
+            if other.key is None:
+                other.key = other.solver.key(other.part)
+            if other.key == key:
+                return other.solved
+        return None
+
+    def translates(self, part: _Part, other: _Reusable) -> bool:
+        """Whether ``part`` is ``other``'s part with every op moved by one shift of
+        op positions, member by member (ops, copies, reads): then their keys are
+        equal, since the shift keeps the order the key relabels by."""
+        theirs, solver = other.part.members, other.solver
+        shift = _lowest(self.masks, part.members) - _lowest(solver.masks, theirs)
+        if shift < 0:
+            return solver.translates(other.part, _Reusable(self, part, other.solved))
+        return all(self.masks[k] == solver.masks[j] << shift and self.copies[k] == solver.copies[j] << shift
+                   and self.reads[k] == solver.reads[j] << shift for k, j in zip(part.members, theirs))
 
     def _cp_sat(self, part: _Part, hint_cost: int | None, offset: int, bound_offset: int, phase: str) -> None:
         # Built through the model's proto: the Python wrappers cost 2-3 us a variable, a
@@ -649,7 +680,7 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
             costs.append(cost)
             recomputed.append(0)
     hint = {position[mask, 0] for mask in warm.masks}
-    memo: dict[tuple, tuple[dict, list]] = {}
+    memo: dict[tuple, list[_Reusable]] = {}
     best: _Solved | None = None
     budget, bound, proven, stopped, totals = limit, math.inf, complete, False, [0, 0, 0, 0]
     free_sets = scenarios(graph, masks, recomputed)
