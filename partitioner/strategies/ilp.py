@@ -256,9 +256,9 @@ def _objective_unit(graph: Graph, costs: list[int]) -> int:
     total = sum(costs) // unit
     if total >= OBJECTIVE_LIMIT:
         raise SizeError(f"{graph.path or graph.name}: the exact integer objective over {len(costs):,} candidate "
-                        f"groups sums to 2^{total.bit_length() - 1} and more, above the solver's 2^62: the tensor "
-                        "bytes and the profile's launch cost are too large for the exact ilp; plan with a "
-                        "heuristic (--strategy greedy)")
+                        f"groups sums to at least 2^{total.bit_length() - 1}, past the solver's limit of 2^62: the "
+                        "tensor bytes and the profile's launch cost (or its energies, under --objective energy) are "
+                        "too large for the exact ilp; plan with a heuristic (--strategy greedy)")
     return unit
 
 
@@ -687,18 +687,19 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
     classes = _Allowed(graph, masks, recomputed) if len(free_sets) > 1 else None
     solved_sets = 0
     for free in free_sets:
-        if classes is not None and budget <= 0 and best is not None:
-            bound, proven, stopped = 0, False, True  # the scenarios left are unsolved: no bound but the structure's
-            break
-        solved_sets += 1
         if classes is None:  # nothing is recomputed: every candidate
             keep, covered = list(range(len(masks))), functools.reduce(operator.or_, masks, 0)
         else:
             keep, covered = classes.allowed(free)
         if graph.compute_mask & ~free & ~covered:
+            solved_sets += 1
             continue  # an op no allowed candidate holds: no plan recomputes this set
         if classes is not None:
             budget -= SCENARIO_WORK_S * len(keep)
+            if budget <= 0 and best is not None:
+                bound, proven, stopped = 0, False, True  # it and those left are unsolved: no bound but the structure's
+                break
+        solved_sets += 1
         solved = _solve_scenario(graph, hw, kind, keep, [masks[k] & ~free for k in keep], costs, masks, recomputed,
                                  hint if not free else set(), complete, budget, progress, start, memo)
         budget, bound, stopped = solved.budget, min(bound, solved.bound), stopped or solved.stopped
