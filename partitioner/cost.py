@@ -241,9 +241,14 @@ def op_executions(group: Group) -> dict[str, int]:
     reads of it (a broadcast's result element, a window's tap, a reduction's input
     element) and, when it is written or dead, once per own element. A reduction or
     contraction result is computed once and kept, however often it is read. Consumers in
-    the same stage of a reduction kernel share a computation (the larger demand
-    counts); each further stage recomputes it, and a contraction's operand loads and
-    its epilogue compute what each needs apart. In a horizontal group each product's
+    the same stage of a reduction kernel share a computation where they read it at the
+    same index (the larger demand counts): an elementwise consumer of its shape, a
+    reshape or a reduction reads it where it is computed, while each distinct slice,
+    transpose, concat, pad, window, gather or broadcast reads it elsewhere, so what each
+    of those reads is computed apart (three slices of one value compute all of it, not
+    a third; the generated code memoises a value per index). Each further stage
+    recomputes it, and a contraction's operand loads and its epilogue compute what each
+    needs apart. In a horizontal group each product's
     part of the kernel computes its own prologue, epilogue and the side values they
     read, so a value two parts need is computed by each. A contraction reads its A operand
     once per tile of N and its B operand once per tile of M (a conv's input once
@@ -294,31 +299,42 @@ def _part_executions(group: Group, part: int, written: frozenset[str]) -> dict[s
 
 def _executions(group: Group, members: int, written: set[str]) -> dict[str, int]:
     """:func:`op_executions` of the ops ``members`` of ``group`` (a set closed under
-    in-group producers) when the values ``written`` leave it."""
+    in-group producers) when the values ``written`` leave it.
+
+    A demand is keyed by its stage (and contraction) and its *index map*: an interned
+    id of the chain of :func:`_index_token` from the element a kernel iteration writes
+    (``0``) to the element it reads; demands of one key are shared, the rest add."""
     g = group.graph
     order, facts = g.order, _execution_facts(g)
+    maps = g.cache.setdefault("index_maps", {})  # (token, map) -> map id; 0 is the identity
     runs = group.run_stages if group.mask & g.class_masks.get("reduction", 0) else None  # else all stage 0
-    demand: dict[int, dict] = {}  # producer index -> demand per stage, or (stage, contraction)
+    demand: dict[int, dict] = {}  # producer index -> {(stage or (stage, contraction), map): elements}
     executions: dict[str, int] = {}
     for i in reversed(group.indices if members == group.mask else bits(members)):
         name = order[i]
         numel, kept, contraction, operands = facts[i]
-        wanted = demand.get(i)
-        n = max(numel if name in written else 0, sum(wanted.values()) if wanted else 0)
-        if kept and n:
-            n = numel  # computed once per result and kept (registers, shared memory)
-        executions[name] = n
+        at: dict[int, int] = {}  # index map -> elements computed through it
+        for (_, index_map), need in demand.get(i, {}).items():
+            at[index_map] = at.get(index_map, 0) + need
+        if name in written:
+            at[0] = max(at.get(0, 0), numel)
+        if kept and at:
+            at = {0: numel}  # computed once per result and kept (registers, shared memory)
+        executions[name] = sum(at.values())
         key = None
-        for position, producer, factor in operands:
+        for position, producer, factor, token in operands:
             if not members >> producer & 1:
                 continue
             if key is None:
                 stage = runs[name] if runs else 0
                 key = (stage, i) if contraction else stage
-            need = n * factor if factor is not None else _operand_demand(group, g.ops[name], position, n)
             wanted = demand.setdefault(producer, {})
-            if need > wanted.get(key, 0):
-                wanted[key] = need
+            for index_map, n in at.items():
+                need = n * factor if factor is not None else _operand_demand(group, g.ops[name], position, n)
+                if token is not None:
+                    index_map = maps.setdefault((token, index_map), len(maps) + 1)
+                if need > wanted.get((key, index_map), 0):
+                    wanted[key, index_map] = need
     return executions
 
 
@@ -326,16 +342,38 @@ def _execution_facts(g) -> tuple[tuple, ...]:
     """Per op index, what :func:`_executions` reads of it (computed once per graph):
     its result's element count, whether its result is computed once and kept (a
     reduction or contraction), whether it is a contraction, and per operand an op
-    produces, (position, producer index, elements read per result element computed;
-    ``None`` for a contraction's, which depend on the group's tiling)."""
+    produces, (position, producer index, elements read per result element computed
+    (``None`` for a contraction's, which depend on the group's tiling), and
+    :func:`_index_token`)."""
     found = g.cache.get("execution_facts")
     if found is None:
         operands = _produced_operands(g)
+        tokens: dict = {}
         found = g.cache["execution_facts"] = tuple(
             (op.out.numel, op.op_class in ("reduction", "contraction"), op.op_class == "contraction",
-             tuple((position, producer, _demand_factor(g, op, position)) for position, _, producer in operands[name]))
+             tuple((position, producer, _demand_factor(g, op, position), _index_token(g, op, position, tokens))
+                   for position, _, producer in operands[name]))
             for name, op in g.ops.items())
     return found
+
+
+def _index_token(g, op, position: int, tokens: dict) -> int | None:
+    """``None`` where ``op`` reads operand ``position`` at the index it computes its own
+    element at (an elementwise op of the operand's shape, a reshape, a reduction or
+    contraction: their reads are keyed apart already), else an int naming how it maps
+    indices, equal for ops that read the operand at the same elements (an elementwise
+    broadcast of the same shapes, a layout op of the same kind, attributes and
+    operands), interned in ``tokens``."""
+    operand = g.tensor(op.inputs[position])
+    if op.op_class in ("reduction", "contraction", "scan") or op.kind == "reshape":
+        return None
+    if op.op_class == "elementwise":
+        if operand.shape == op.out.shape:
+            return None
+        token = ("broadcast", operand.shape, op.out.shape)
+    else:
+        token = (op.kind, position, tuple(op.inputs), repr(sorted(op.attrs.items())))
+    return tokens.setdefault(token, len(tokens))
 
 
 def _produced_operands(g) -> dict[str, tuple[tuple[int, str, int], ...]]:

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 from partitioner import IllegalPlan, PROFILES, evaluate, partition
+from partitioner.cost import op_executions
+from partitioner.group import Group
 
 from .conftest import make_graph, op
 
@@ -82,6 +84,30 @@ def test_a_prologue_is_recomputed_per_tile_and_a_broadcast_value_per_element():
     fused = evaluate(g, [["e", "b", "s"]]).groups[0]
     assert fused.flops == 4096 * 64 * 2 and fused.recomputed_flops == 4096 * 64 - 64
     assert evaluate(g, [["e"], ["b", "s"]]).recomputed_flops == 0
+
+
+def test_readers_at_other_indices_each_compute_what_they_read():
+    """A fused kernel memoises a value per index, so readers share a computation only
+    where they read it at the same index: three slices of ``t`` compute all of it
+    (not the largest slice's third), ``t`` read directly and transposed is computed
+    twice per element, and two equal slices or a reshape read it where it is."""
+    g = make_graph({"x": [4, 96]}, [op("t", "tanh", ["x"])]
+                   + [op(f"s{k}", "slice", ["t"], starts=[32 * k], ends=[32 * k + 32], axes=[1]) for k in range(3)]
+                   + [op(f"e{k}", "exp", [f"s{k}"]) for k in range(3)], ["e0", "e1", "e2"])
+    assert op_executions(Group.of(g, list(g.ops)))["t"] == 4 * 96
+    assert evaluate(g, [list(g.ops)]).recomputed_flops == 0
+    g = make_graph({"y": [64, 64]}, [op("t", "tanh", ["y"]), op("tt", "transpose", ["t"], perm=[1, 0]),
+                                     op("s", "add", ["t", "tt"])], ["s"])
+    assert op_executions(Group.of(g, list(g.ops)))["t"] == 2 * 64 * 64
+    g = make_graph({"x": [4, 96]}, [
+        op("t", "tanh", ["x"]), op("a", "slice", ["t"], starts=[0], ends=[32], axes=[1]),
+        op("b", "slice", ["t"], starts=[0], ends=[32], axes=[1]), op("r", "reshape", ["t"], shape=[4, 3, 32]),
+        op("r2", "slice", ["r"], starts=[0], ends=[1], axes=[1]), op("rr", "reshape", ["r2"], shape=[4, 32]),
+        op("ea", "exp", ["a"]), op("nb", "neg", ["b"]), op("s", "add", ["ea", "nb"]), op("o", "add", ["s", "rr"])],
+        ["o"])
+    runs = op_executions(Group.of(g, list(g.ops)))
+    assert runs["a"] == runs["b"] == 4 * 32
+    assert runs["t"] == 2 * 4 * 32  # the equal slices share; the reshape's slice is another index map
 
 
 def test_group_costs_sum_to_plan_totals():

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from partitioner import compare, evaluate, load_graph, partition
+from partitioner.cost import flops_once
 from partitioner.report import HEURISTICS as ALL_HEURISTICS
 from partitioner.report import text_report
 
@@ -24,6 +25,7 @@ HEURISTICS = ("greedy", "xla", "tvm", "inductor")
 def test_ilp_le_every_heuristic_le_none_and_every_plan_is_legal(path):
     graph = load_graph(path)
     plans = {p.strategy: p for p in compare(graph, "h100", ("none", *HEURISTICS, "ilp"))}
+    once = sum(flops_once(graph, op) for op in graph.ops.values())
     for plan in plans.values():
         again = evaluate(graph, plan.groups, "h100")  # independent re-validation of the returned groups
         assert again.modeled_time_us == pytest.approx(plan.cost.modeled_time_us, rel=1e-12)
@@ -31,6 +33,8 @@ def test_ilp_le_every_heuristic_le_none_and_every_plan_is_legal(path):
         twice = {n for n in held if held.count(n) > 1}
         assert set(held) == set(graph.ops)  # each op once, but for recomputed ones
         assert all(graph.recomputable_mask >> graph.base_index[graph.index[n]] & 1 for n in twice)
+        # every op's result is computed at least once, and what is beyond once is recomputation
+        assert plan.cost.flops - plan.cost.recomputed_flops == once, plan.strategy
     ilp, none = plans["ilp"].cost.modeled_time_us, plans["none"].cost.modeled_time_us
     for name in HEURISTICS:  # merging never adds bytes, so every heuristic beats none too
         assert ilp <= plans[name].cost.modeled_time_us + 1e-9 <= none + 2e-9, name
@@ -167,6 +171,12 @@ def test_unproven_plans_name_the_budget_that_stopped_them():
         "the search budget (--time-limit)", "an anchor's cap (2,000,000 units of search work)",
         "the candidate cap", "the solver's time limit (--time-limit, deterministic)"}
     assert "unproven  stopped by " in text_report(plan)
+
+
+def test_a_plan_kept_from_the_warm_start_names_whose_it_is():
+    plan = partition(load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "ilp", time_limit=0.001)
+    assert plan.solver.status == "WARM_START"
+    assert f"WARM_START (the plan of {plan.solver.details['warm_start']})" in text_report(plan)
 
 
 def test_same_input_and_budget_give_the_same_plan_and_status():
