@@ -318,12 +318,14 @@ def tolerance_dtype(graph: Graph, tensor: str) -> str:
 
 
 def check_table(checks: list[OutputCheck], title: str, width: int = PIPED_WIDTH) -> str:
-    """The checks as a text table: per output the terms summed upstream, the largest
-    absolute and relative (to the largest magnitude) errors, and ``error/tol``, the
-    largest error over its tolerance, at most 1 for a pass."""
+    """The checks as a text table: per output the dtype whose tolerance applied, the
+    terms summed upstream, the largest absolute and relative (to the largest
+    magnitude) errors, and ``error/tol``, the largest error over its tolerance, at
+    most 1 for a pass."""
     rows = [[c.name, c.dtype, f"{c.terms:,}", f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}",
              f"{c.error_ratio:.3g}", "yes" if c.ok else "NO"] for c in checks]
-    full = (["output", "dtype", "terms", "abs error", "rel error", "error/tol", "within tolerance"], rows)
+    # the least precise dtype upstream (tolerance_dtype), which need not be the output's
+    full = (["output", "tolerance dtype", "terms", "abs error", "rel error", "error/tol", "within tolerance"], rows)
     keep = (0, 1, 5, 6)  # narrow widths: the verdict and its margin
     compact = ([full[0][k] for k in keep], [[row[k] for k in keep] for row in rows])
-    return table_text(title, [full, compact], {"output"}, width, {"dtype"})
+    return table_text(title, [full, compact], {"output"}, width, {"tolerance dtype"})

@@ -44,7 +44,10 @@ def _header(plan: Plan) -> list[str]:
     s = plan.solver
     bound = "" if s.bound is None else f", lower bound {s.bound:,.1f} {UNITS[plan.objective]}, gap {_gap(plan)}"
     goal = f" (objective: {plan.objective}{', recompute' * plan.recompute})" if plan.strategy == "ilp" else ""
-    lines.append(f"strategy  {plan.strategy}{goal}: {s.status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
+    status = s.status
+    if status == "WARM_START" and s.details.get("warm_start"):  # say whose plan it kept
+        status += f" (the plan of {s.details['warm_start']})"
+    lines.append(f"strategy  {plan.strategy}{goal}: {status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
     if s.details.get("stopped_by"):
         lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}; "
                      "a larger --time-limit searches further")
