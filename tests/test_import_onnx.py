@@ -680,6 +680,12 @@ def test_expand_where_erf_flatten():
     assert ops_of(result) == ["broadcast_to", "erf", "gt", "where", "reshape"]
 
 
+def test_an_expand_to_its_own_shape_is_a_view():
+    nodes = [helper.make_node("Expand", ["x", "shape"], ["e"]), helper.make_node("Erf", ["e"], ["y"])]
+    result = check(make(nodes, {"x": (F, [2, 3])}, {"y": (F, None)}, 13, {"shape": np.array([1, 3], np.int64)}))
+    assert ops_of(result) == ["reshape", "erf"]
+
+
 # ---------------------------------------------------------------- activations, rounding, and once-custom ops
 
 # Edge values: signed zeros, NaN, infinities, subnormals, ties, exp's overflow, the

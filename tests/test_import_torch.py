@@ -285,6 +285,21 @@ def test_constants_become_literals_where_they_broadcast_away():
     assert values["where"].tolist() == [[0.0, -65504.0, 0.0]] * 2 and values["full_1"].tolist() == [2.0] * 3
 
 
+def test_an_expand_to_its_own_shape_is_a_view():
+    """``expand`` to the operand's own shape aliases it (as the head split's before
+    ``bmm`` does in every transformer): a view, not a copying broadcast."""
+    class Expands(nn.Module):
+        def forward(self, x):
+            return x.expand(2, 3) * 2.0, x[:1].expand(2, 3)
+
+    _, result, graph, got = import_and_run(Expands(), (randn(2, 3),))
+    kinds = {name: op.kind for name, op in graph.ops.items()}
+    assert kinds["expand"] == "reshape" and graph.ops["expand"].is_view and kinds["expand_1"] == "broadcast_to"
+    want = Expands()(randn(2, 3))
+    compare("mul", got["mul"], want[0])
+    compare("expand_1", got["expand_1"], want[1])
+
+
 def test_no_hidden_conversions():
     """Where the format's promotion differs from PyTorch's (float16 plus a float32 0-d
     tensor is float16), the op computes in the promoted dtype and an explicit cast follows."""

@@ -1574,6 +1574,8 @@ def _expand(cx: _Converter, node: onnx.NodeProto) -> str:
         target = _stated(cx, node, why)
         if len(shape) > len(target) or _broadcast(shape, target) != target:
             raise Unmappable(f"X {list(shape)} does not broadcast to the stated result shape {list(target)}") from None
+    if tuple(target) == tuple(shape):  # to its own shape: an alias, a view (as Identity)
+        return _reshape_to(cx, node, list(target))
     return cx.emit(node, "broadcast_to", [x], {"shape": list(target)})
 
 

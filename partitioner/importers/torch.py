@@ -635,7 +635,11 @@ def _view(cx: _Converter, node: Node) -> str:
 @_register("aten.expand.default")
 def _expand(cx: _Converter, node: Node) -> str:
     shape, _ = cx.out(node)
-    return cx.emit(node, "broadcast_to", [cx.tensor(node.args[0])], {"shape": shape})
+    x = cx.tensor(node.args[0])
+    # an expand to the operand's own shape is an alias of it (a view of the same
+    # elements, as aten.alias is): a copying broadcast would be a kernel of its own
+    kind = "reshape" if tuple(cx.b.type(x).shape) == tuple(shape) else "broadcast_to"
+    return cx.emit(node, kind, [x], {"shape": shape})
 
 
 @_register("aten.permute.default")
