@@ -3,7 +3,9 @@ validates its plan with :func:`partitioner.evaluate`."""
 
 from __future__ import annotations
 
+import gc
 import time
+from contextlib import contextmanager
 
 from ..cost import DEFAULT_MAX_OPS, OBJECTIVES
 from ..graph import Graph
@@ -92,16 +94,45 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
     hw = load_hardware(hardware)
-    start = time.perf_counter()
-    groups, info = STRATEGIES[strategy].plan(graph, hw, Options(time_limit, max_ops, progress, objective, recompute))
-    wall = time.perf_counter() - start
-    cost = evaluate(graph, groups, hw, max_ops)
+    with _fewer_collections():
+        start = time.perf_counter()
+        groups, info = STRATEGIES[strategy].plan(graph, hw, Options(time_limit, max_ops, progress, objective,
+                                                                    recompute))
+        wall = time.perf_counter() - start
+        cost = evaluate(graph, groups, hw, max_ops)
     bound = info.get("bound")
     if bound is not None:  # the bound is exact in integers; keep float rounding from showing it above the cost
         bound = min(bound, cost.value(objective))
     solver = SolverInfo(info["status"], wall, bound, info.get("gap"), info.get("details", {}))
     return Plan(graph, hw, strategy, [list(g.ops) for g in cost.groups], cost, solver, max_ops, objective,
                 recompute)
+
+
+#: Allocations between collections of the youngest generation while planning (CPython's
+#: default is 700).
+PLANNING_GC_THRESHOLD = 100_000
+
+
+@contextmanager
+def _fewer_collections():
+    """Planning allocates millions of small objects (groups, keys, memo entries) and
+    leaves few reference cycles, so CPython's collector, at its default thresholds,
+    mostly re-scans the graph and the growing caches: 8-30% of the CPU time of
+    planning GPT-2 48L and Phi-2 2L (measured on the 2-core development machine).
+    While planning, what exists before it (the graph) is frozen out of collections,
+    unless the caller froze objects already, and the youngest generation is collected
+    every :data:`PLANNING_GC_THRESHOLD` allocations; both are restored after."""
+    thresholds = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(max(thresholds[0], PLANNING_GC_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        if freeze:
+            gc.unfreeze()
 
 
 def compare(graph: Graph, hardware: str | Hardware = "h100", strategies: tuple[str, ...] = ("none", "greedy", "ilp"),
