@@ -50,6 +50,30 @@ def _json_plan(path, seed):
     return [g["ops"] for g in data["groups"]], data["totals"]
 
 
+def test_planning_restores_the_collectors_settings(monkeypatch):
+    """``partition`` collects less often while it plans (``PLANNING_GC_THRESHOLD``) and
+    freezes the graph out of collections; afterwards, or after a failure, the
+    caller's thresholds and frozen objects are as they were."""
+    import gc
+
+    from partitioner import strategies
+
+    graph = load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml")
+    before = gc.get_threshold(), gc.get_freeze_count()
+    seen = []
+    plan = strategies.STRATEGIES["greedy"].plan
+    monkeypatch.setattr(strategies.STRATEGIES["greedy"], "plan",
+                        lambda *a: seen.append((gc.get_threshold()[0], gc.get_freeze_count())) or plan(*a))
+    partition(graph, "greedy")
+    assert seen[0][0] == max(before[0][0], strategies.PLANNING_GC_THRESHOLD)
+    assert seen[0][1] > 0 if before[1] == 0 else seen[0][1] == before[1]  # a caller's freeze is left alone
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    monkeypatch.setattr(strategies, "evaluate", lambda *a: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        partition(graph, "greedy")
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+
+
 def test_same_input_gives_same_plan_across_processes():
     path = ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml"
     assert _json_plan(path, 1) == _json_plan(path, 2)
