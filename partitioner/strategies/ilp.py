@@ -337,11 +337,7 @@ class _Part:
     cost: int = 0
     bound: int = 0
     optimal: bool = False
-
-
-def _lowest(masks: list[int], members: list[int]) -> int:
-    """The lowest op position the candidates ``members`` hold."""
-    return min((masks[k] & -masks[k]).bit_length() for k in members) - 1
+    first: int | None = None  # the lowest op position its candidates hold (_Solver.first)
 
 
 @dataclass
@@ -441,11 +437,22 @@ class _Solver:
         op positions, member by member (ops, copies, reads): then their keys are
         equal, since the shift keeps the order the key relabels by."""
         theirs, solver = other.part.members, other.solver
-        shift = _lowest(self.masks, part.members) - _lowest(solver.masks, theirs)
+        mine, low = self.first(part), solver.first(other.part)
+        shift = mine - low
         if shift < 0:
             return solver.translates(other.part, _Reusable(self, part, other.solved))
-        return all(self.masks[k] == solver.masks[j] << shift and self.copies[k] == solver.copies[j] << shift
+        # masks compared shifted down to their part's first op: no member holds an op
+        # below it, and a small result costs a shift, where shifting up costs the graph's
+        # width per candidate (copies and reads are mostly empty; reads may lie below)
+        return all(self.masks[k] >> mine == solver.masks[j] >> low and self.copies[k] == solver.copies[j] << shift
                    and self.reads[k] == solver.reads[j] << shift for k, j in zip(part.members, theirs))
+
+    def first(self, part: _Part) -> int:
+        """The lowest op position the part's candidates hold, computed once per part
+        (finding a bitset's lowest bit costs the graph's width)."""
+        if part.first is None:
+            part.first = min((self.masks[k] & -self.masks[k]).bit_length() for k in part.members) - 1
+        return part.first
 
     def _cp_sat(self, part: _Part, hint_cost: int | None, offset: int, bound_offset: int, phase: str) -> None:
         # Built through the model's proto: the Python wrappers cost 2-3 us a variable, a
