@@ -127,11 +127,6 @@ def test_attention_fragments_of_half_types_load_by_ldmatrix(tmp_path, dtype):
 def test_fused_multiply_then_add_is_not_contracted_into_an_fma(tmp_path, dtype):
     """A fused ``x*3+1`` must round twice, as the unfused plan does: nvcc contracted
     it into one ``fma.rn`` until the backend compiled with ``-fmad=false``."""
-    import subprocess
-
-    from backends.cuda.compile import NVCC_FLAGS
-    from backends.cuda.render import RUNTIME_HEADER, runtime_header
-
     g = make_graph({"x": ([1024], dtype)}, [op("a", "mul", ["x", 3.0]), op("b", "add", ["a", 1.0])], ["b"])
     (kernel,) = render(partition(g, "ilp")).kernels
     assert list(kernel.ops) == ["a", "b"]
