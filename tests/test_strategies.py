@@ -52,8 +52,9 @@ def _json_plan(path, seed):
 
 def test_planning_restores_the_collectors_settings(monkeypatch):
     """``partition`` collects less often while it plans (``PLANNING_GC_THRESHOLD``) and
-    freezes the graph out of collections; afterwards, or after a failure, the
-    caller's thresholds and frozen objects are as they were."""
+    freezes the graph out of collections; afterwards, or after a failure, or once the
+    last of overlapping plans ends, the caller's thresholds and frozen objects are
+    as they were."""
     import gc
 
     from partitioner import strategies
@@ -71,6 +72,14 @@ def test_planning_restores_the_collectors_settings(monkeypatch):
     monkeypatch.setattr(strategies, "evaluate", lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         partition(graph, "greedy")
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    # plans overlapping in threads: the first to end leaves the raise to the other
+    first, second = strategies._fewer_collections(), strategies._fewer_collections()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold()[0] == max(before[0][0], strategies.PLANNING_GC_THRESHOLD)
+    second.__exit__(None, None, None)
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 

@@ -4,6 +4,7 @@ validates its plan with :func:`partitioner.evaluate`."""
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from contextlib import contextmanager
 
@@ -113,26 +114,45 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
 PLANNING_GC_THRESHOLD = 100_000
 
 
-@contextmanager
-def _fewer_collections():
+class _FewerCollections:
     """Planning allocates millions of small objects (groups, keys, memo entries) and
     leaves few reference cycles, so CPython's collector, at its default thresholds,
     mostly re-scans the graph and the growing caches: 8-30% of the CPU time of
     planning GPT-2 48L and Phi-2 2L (measured on the 2-core development machine).
-    While planning, what exists before it (the graph) is frozen out of collections,
-    unless the caller froze objects already, and the youngest generation is collected
-    every :data:`PLANNING_GC_THRESHOLD` allocations; both are restored after."""
-    thresholds = gc.get_threshold()
-    freeze = gc.get_freeze_count() == 0
-    if freeze:
-        gc.freeze()
-    gc.set_threshold(max(thresholds[0], PLANNING_GC_THRESHOLD), *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        if freeze:
-            gc.unfreeze()
+    While any thread plans, what existed before the first began (the graph) is frozen
+    out of collections, unless the caller froze objects already, and the youngest
+    generation is collected every :data:`PLANNING_GC_THRESHOLD` allocations; when the
+    last one ends, both are restored (the collector's settings are the process's, so
+    overlapping plans share one raise)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.planning = 0
+        self.saved: tuple[tuple[int, ...], bool] | None = None
+
+    @contextmanager
+    def __call__(self):
+        with self.lock:
+            if not self.planning:
+                thresholds, freeze = gc.get_threshold(), gc.get_freeze_count() == 0
+                self.saved = thresholds, freeze
+                if freeze:
+                    gc.freeze()
+                gc.set_threshold(max(thresholds[0], PLANNING_GC_THRESHOLD), *thresholds[1:])
+            self.planning += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.planning -= 1
+                if not self.planning:
+                    thresholds, freeze = self.saved
+                    gc.set_threshold(*thresholds)
+                    if freeze:
+                        gc.unfreeze()
+
+
+_fewer_collections = _FewerCollections()
 
 
 def compare(graph: Graph, hardware: str | Hardware = "h100", strategies: tuple[str, ...] = ("none", "greedy", "ilp"),
