@@ -652,7 +652,9 @@ def _check_recomputation(graph: Graph, masks: list[int], recomputed: int) -> Non
     g = graph
     for k, mask in enumerate(masks):
         for i in bits(mask & recomputed & g.input_derived_mask):
-            producers = g.mask(t for t in g.ops[g.order[i]].tensor_inputs if t in g.ops)
+            # the ops computing what it reads (through views: a view of a graph input
+            # reads the input, and one of a member lies between members, in the group)
+            producers = g.mask(g.storage[t] for t in g.ops[g.order[i]].tensor_inputs if g.storage[t] in g.ops)
             if producers & ~mask:
                 missing = g.names(producers & ~mask)[0]
                 raise IllegalPlan("recompute.producer", f"group {k} recomputes '{g.order[i]}' but not its "

@@ -88,6 +88,29 @@ def test_ilp_with_recomputation_equals_brute_force_over_coverings(graph, hw):
     assert_ilp_exact(graph, hw, recompute=True)
 
 
+def _through_views():
+    """Recomputable values of the graph inputs read through views: of an input (its
+    reshape is read, not held), of a member (the view lies between members), and a
+    found case where such a copy made the ilp's own plan fail ``recompute.producer``."""
+    x = {"y": [4, 6]}
+    yield make_graph(x, [op("o0", "reshape", ["y"], shape=[6, 4]), op("o2", "add", ["y", "y"]),
+                         op("o3", "reduce_max", ["o2"], axes=[0]), op("o4", "exp", ["o0"]), op("o5", "mul", ["o3", "y"]),
+                         op("o6", "add", ["o4", "o0"]), op("o7", "reduce_max", ["o4"], axes=[0])], ["o7"])
+    yield make_graph({"x": [256, 512]}, [op("v", "reshape", ["x"], shape=[512, 256]), op("a", "exp", ["v"]),
+                                         op("r1", "reduce_sum", ["a"], axes=[0]), op("r2", "reduce_sum", ["a"], axes=[1])],
+                     ["r1", "r2"])
+    yield make_graph({"x": [256, 512]}, [op("p", "neg", ["x"]), op("v", "reshape", ["p"], shape=[512, 256]),
+                                         op("a", "exp", ["v"]), op("r1", "reduce_sum", ["a"], axes=[0]),
+                                         op("r2", "reduce_sum", ["a"], axes=[1]), op("q", "tanh", ["p"])],
+                     ["r1", "r2", "q"])
+
+
+@pytest.mark.parametrize("graph", list(_through_views()), ids=["found", "input_view", "member_view"])
+@pytest.mark.parametrize("hw", [H100, SLOW], ids=["h100", "slow"])
+def test_recomputation_through_views_equals_brute_force_over_coverings(graph, hw):
+    assert_ilp_exact(graph, hw, recompute=True)
+
+
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(shared_graphs(max_ops=6), st.sampled_from([H100, SLOW]))
 def test_ilp_with_copies_equals_brute_force_over_coverings(graph, hw):
