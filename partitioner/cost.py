@@ -162,6 +162,8 @@ class GroupCost:
     budgets: Budgets
     tiling: "AttentionTiling | None"
     group: Group = field(compare=False, repr=False)
+    #: FLOP per compute op (:func:`op_flops`), which the plan's recomputation totals read
+    op_flops: dict[str, int] = field(compare=False, repr=False)
 
     @property
     def bytes(self) -> int:
@@ -511,10 +513,12 @@ def op_compute_seconds(group: Group, hw: Hardware) -> dict[str, float]:
             for name, flops in op_flops(group).items()}
 
 
-def _recomputed(group: Group, flops: dict[str, int]) -> int:
-    """FLOP beyond computing each op's result once."""
-    once = sum(flops_once(group.graph, op) for op in group.compute)
-    return max(0, sum(flops.values()) - once)
+def recomputed_flops(graph, flops: dict[str, int]) -> int:
+    """FLOP beyond computing each op's result once, op by op, of ``flops`` (op name ->
+    FLOP it computes, over one group or a whole plan): an op computed for fewer
+    elements than its result (a slice of it is all any reader needs) recomputes
+    nothing, and offsets no other op's recomputation."""
+    return sum(max(0, n - flops_once(graph, graph.ops[name])) for name, n in flops.items())
 
 
 def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> GroupCost:
@@ -565,7 +569,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
         bytes_written=group.bytes_written,
         launches=group.launches,
         flops=sum(flops.values()),
-        recomputed_flops=_recomputed(group, flops),
+        recomputed_flops=recomputed_flops(group.graph, flops),
         modeled_time_us=display_value(objective(group, hw, "time"), hw, "time"),
         traffic_time_us=(launch_s + moved / hw.bandwidth) * 1e6,
         compute_time_us=sum(op_compute_seconds(group, hw).values()) * 1e6,
@@ -573,6 +577,7 @@ def group_cost(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Gr
         budgets=budgets(group, hw, max_ops),
         tiling=attention_tiling(group) if group.kind == "attention" else None,
         group=group,
+        op_flops=flops,
     )
 
 

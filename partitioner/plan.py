@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, flops_once, group_cost
+from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost, recomputed_flops
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
@@ -23,8 +23,10 @@ class PlanCost:
         bytes_read, bytes_written: global-memory traffic, bytes.
         launches: kernel launches.
         flops, recomputed_flops: FLOP the kernels compute, and the part of it that
-            recomputes values (modelled): within a group (a prologue once per tile)
-            and, for an op that several groups compute, each copy after the first.
+            recomputes values (modelled), op by op: what an op's kernels compute
+            beyond its result once, within a group (a prologue once per tile) and
+            over the groups that compute it (each copy after the first); an op
+            computed in part (a slice of it is all its readers need) counts none.
         modeled_time_us: Σ launch overhead + max(bytes / bandwidth, FLOP / peak),
             microseconds (modelled: the roofline, the ``time`` objective).
         traffic_time_us: Σ launch overhead + bytes / bandwidth (modelled, the
@@ -53,18 +55,13 @@ class PlanCost:
 
     @property
     def recomputed_flops(self) -> int:
-        within = sum(g.recomputed_flops for g in self.groups)
         if not self.groups:
-            return within
-        graph = self.groups[0].group.graph
-        seen: set[str] = set()
-        copies = 0
+            return 0
+        total: dict[str, int] = {}  # an op several groups compute counts once over them all
         for g in self.groups:
-            for op in g.group.compute:
-                if op.name in seen:
-                    copies += flops_once(graph, op)
-                seen.add(op.name)
-        return within + copies
+            for name, n in g.op_flops.items():
+                total[name] = total.get(name, 0) + n
+        return recomputed_flops(self.groups[0].group.graph, total)
 
     @property
     def modeled_time_us(self) -> float:

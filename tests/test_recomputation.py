@@ -170,6 +170,25 @@ def test_the_ilp_recomputes_an_activation_from_its_operand_in_a_prologue_and_a_r
     assert recomputing.cost.recomputed_flops >= plain.cost.recomputed_flops + flops_once(g, g.ops["m"]) > 0
 
 
+def test_recomputed_flops_count_op_by_op_and_a_part_computed_is_no_recomputation():
+    """A copy that computes only the slice of a table its reader needs, beside one
+    that computes all of it: the recomputation is that slice, not a whole second
+    table (the group's shortfall hid half of it, and a whole copy was added); an op
+    computed only in part recomputes nothing."""
+    g = make_graph({"y": [4, 6], "v": [6]}, [
+        op("n", "neg", ["v"]), op("s", "slice", ["n"], starts=[0], ends=[3]), op("r", "reduce_sum", ["s"]),
+        op("a", "add", ["y", "n"])], ["r", "a"])
+    plan = partition(g, "ilp", recompute=True)
+    assert sorted(map(sorted, plan.groups)) == [["a", "n"], ["n", "r", "s"]]
+    once = sum(flops_once(g, g.ops[name]) for name in g.names(g.compute_mask))
+    held = {name: sum(c.op_flops.get(name, 0) for c in plan.cost.groups) for name in g.ops}
+    assert held["n"] == 4 * 6 + 3  # broadcast to each element of y, and the slice's half
+    assert plan.cost.recomputed_flops == plan.cost.flops - once == held["n"] - 6
+    g = make_graph({"x": [6]}, [op("e", "exp", ["x"]), op("s", "slice", ["e"], starts=[0], ends=[3])], ["s"])
+    fused = evaluate(g, [["e", "s"]])
+    assert fused.recomputed_flops == 0 and fused.flops == flops_once(g, g.ops["e"]) // 2
+
+
 def test_a_copy_reads_its_operand_which_its_producer_group_writes():
     """``m`` recomputed in a matmul's prologue and in a reduction group that holds its
     producer ``t``: that group writes ``t`` (the other copy reads it) though no op
