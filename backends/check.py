@@ -325,7 +325,7 @@ def check_table(checks: list[OutputCheck], title: str, width: int = PIPED_WIDTH)
     rows = [[c.name, c.dtype, f"{c.terms:,}", f"{c.max_abs_error:.3g}", f"{c.max_rel_error:.3g}",
              f"{c.error_ratio:.3g}", "yes" if c.ok else "NO"] for c in checks]
     # the least precise dtype upstream (tolerance_dtype), which need not be the output's
-    full = (["output", "tolerance dtype", "terms", "abs error", "rel error", "error/tol", "within tolerance"], rows)
+    full = (["output", "tol. dtype", "terms", "abs error", "rel error", "error/tol", "within tolerance"], rows)
     keep = (0, 1, 5, 6)  # narrow widths: the verdict and its margin
     compact = ([full[0][k] for k in keep], [[row[k] for k in keep] for row in rows])
-    return table_text(title, [full, compact], {"output"}, width, {"tolerance dtype"})
+    return table_text(title, [full, compact], {"output"}, width, {"tol. dtype"})

@@ -71,13 +71,18 @@ def output_width() -> int:
 
 
 def _fits(headers: list[str], rows: list[list[str]], wrapping: set[str], width: int) -> bool:
-    """Whether a table of these columns fits ``width`` with every cell of a non-wrapping
-    column on one line (rich's borders take 3 columns per column, plus one)."""
+    """Whether a table of these columns fits ``width`` with every cell and header of a
+    non-wrapping column on one line (rich wraps neither; its borders take 3 columns
+    per column, plus one)."""
     need = 1
     for k, header in enumerate(headers):
-        cells = [len(str(row[k])) for row in rows]
-        need += 3 + (TEXT_MIN if header in wrapping else max([len(w) for w in header.split()] + cells))
+        need += 3 + (TEXT_MIN if header in wrapping else _widest(header, rows, k))
     return need <= width
+
+
+def _widest(header: str, rows: list[list[str]], k: int) -> int:
+    """Columns a non-wrapping column ``k`` needs: its header's or its widest cell's."""
+    return max([len(header)] + [len(str(row[k])) for row in rows])
 
 
 def table_text(title: str, layouts: list[tuple[list[str], list[list]]], wrapping: set[str], width: int,
@@ -91,10 +96,9 @@ def table_text(title: str, layouts: list[tuple[list[str], list[list]]], wrapping
         if _fits(headers, rows, wrapping, width):
             table = Table(title=title, title_justify="left")
             for k, header in enumerate(headers):
-                longest = max([len(str(row[k])) for row in rows] + [1])
                 table.add_column(header, justify="left" if header in wrapping | left else "right",
                                  overflow="fold", no_wrap=header not in wrapping,
-                                 min_width=TEXT_MIN if header in wrapping else longest)
+                                 min_width=TEXT_MIN if header in wrapping else _widest(header, rows, k))
             for row in rows:
                 table.add_row(*(Text(str(cell)) for cell in row))  # Text: brackets are not markup
             console.print(table)

@@ -147,6 +147,18 @@ def test_reports_fit_any_width_and_never_cut_a_number(width, monkeypatch, capsys
             assert f"{group.modeled_time_us:,.2f}" in out  # each group's time, whole, on one line
 
 
+@pytest.mark.parametrize("width", [40, 60, 80, 100, 200])
+def test_the_run_table_fits_any_width_with_its_headers_whole(width, monkeypatch, capsys):
+    """Headers of columns that never wrap count whole: ``tol. dtype`` once pushed the
+    full table one column past the piped width, and at 80 the output names vanished."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert cli.main([str(ROOT / "graphs" / "layernorm_f16.yaml"), "--run"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width
+    table = out[out.index("Plan run on"):]
+    assert "within tolerance" in table and "tol. dtype" in table and " y " in table.replace(";", " ")
+
+
 SIBLINGS = {"format": 1, "inputs": [{"name": "x", "shape": [64, 256]}],
             "ops": [o for i in range(6) for o in ({"name": f"s{i}", "op": "reduce_sum", "inputs": ["x"],
                                                    "attrs": {"axes": [-1]}},
