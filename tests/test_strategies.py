@@ -83,6 +83,13 @@ def test_planning_restores_the_collectors_settings(monkeypatch):
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
+@pytest.mark.parametrize("options", [{"max_ops": 0}, {"max_ops": "3"}, {"time_limit": float("nan")},
+                                     {"time_limit": -1}, {"time_limit": 0}])
+def test_bad_options_are_one_clear_value_error(options):
+    with pytest.raises(ValueError, match="time_limit must be a positive|max_ops must be an int"):
+        partition(load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "ilp", **options)
+
+
 def test_same_input_gives_same_plan_across_processes():
     path = ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml"
     assert _json_plan(path, 1) == _json_plan(path, 2)

@@ -4,6 +4,7 @@ validates its plan with :func:`partitioner.evaluate`."""
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 from contextlib import contextmanager
@@ -74,7 +75,8 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     KeyError
         An unknown strategy.
     ValueError
-        An unknown objective.
+        An unknown objective, a ``time_limit`` that is not a positive finite number,
+        or a ``max_ops`` below 1.
     HardwareError
         An unknown or malformed hardware profile.
 
@@ -94,6 +96,11 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
         raise KeyError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if time_limit is not None and not (isinstance(time_limit, (int, float)) and math.isfinite(time_limit)
+                                       and time_limit > 0):
+        raise ValueError(f"time_limit must be a positive, finite number of seconds or None; got {time_limit!r}")
+    if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops < 1:
+        raise ValueError(f"max_ops must be an int of at least 1; got {max_ops!r}")
     hw = load_hardware(hardware)
     with _fewer_collections():
         start = time.perf_counter()
