@@ -111,8 +111,9 @@ def table_text(title: str, layouts: list[tuple[list[str], list[list]]], wrapping
             if line and len(line) + 2 + len(pair) > width:  # break between fields, never inside one
                 out.write(line + "\n")
                 line, indent = "", "    "
-            if not line and 4 + len(pair) > width:  # a long text field (op names) wraps at its spaces
-                *full, last = textwrap.wrap(pair, width - 4, break_long_words=False) or [""]
+            if not line and 4 + len(pair) > width:  # a long text field (op names) wraps at its spaces,
+                # and a name wider than the line folds
+                *full, last = textwrap.wrap(pair, max(1, width - 4), break_on_hyphens=False) or [""]
                 out.writelines(f"{indent}{part}\n" for part in full)
                 line, indent = "    " + last, "    "
             else:

@@ -159,6 +159,24 @@ def test_the_run_table_fits_any_width_with_its_headers_whole(width, monkeypatch,
     assert "within tolerance" in table and "tol. dtype" in table and " y " in table.replace(";", " ")
 
 
+def test_a_name_wider_than_the_line_folds_and_a_tiny_width_is_no_error(tmp_path, monkeypatch, capsys):
+    """The plain layout (what is left when no table fits) folds a name longer than
+    the line instead of running past it, and 1 to 4 columns once left it a negative
+    width to wrap at (an internal error)."""
+    long = "an_output_whose_name_is_longer_than_forty_columns"
+    graph = tmp_path / "long.yaml"
+    graph.write_text(json.dumps({"format": 1, "inputs": [{"name": "x", "shape": [64, 256]}],
+                                 "ops": [{"name": long, "op": "exp", "inputs": ["x"]}], "outputs": [long]}))
+    for args in (["--run"], ["--report"]):
+        monkeypatch.setenv("COLUMNS", "40")
+        assert cli.main([str(graph), *args]) == 0
+        out = capsys.readouterr().out
+        assert max(len(line) for line in out.splitlines()) <= 40 and long[:30] in out.replace("\n", "")
+        monkeypatch.setenv("COLUMNS", "2")
+        assert cli.main([str(graph), *args]) == 0
+        capsys.readouterr()
+
+
 SIBLINGS = {"format": 1, "inputs": [{"name": "x", "shape": [64, 256]}],
             "ops": [o for i in range(6) for o in ({"name": f"s{i}", "op": "reduce_sum", "inputs": ["x"],
                                                    "attrs": {"axes": [-1]}},

@@ -83,11 +83,19 @@ def test_planning_restores_the_collectors_settings(monkeypatch):
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
-@pytest.mark.parametrize("options", [{"max_ops": 0}, {"max_ops": "3"}, {"time_limit": float("nan")},
-                                     {"time_limit": -1}, {"time_limit": 0}])
+@pytest.mark.parametrize("options", [{"max_ops": 0}, {"max_ops": "3"}, {"max_ops": True}, {"time_limit": True},
+                                     {"time_limit": float("nan")}, {"time_limit": -1}, {"time_limit": 0}])
 def test_bad_options_are_one_clear_value_error(options):
     with pytest.raises(ValueError, match="time_limit must be a positive|max_ops must be an int"):
         partition(load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "ilp", **options)
+
+
+def test_numpy_scalars_are_options_as_python_numbers_are():
+    import numpy as np
+
+    plan = partition(load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "ilp", time_limit=np.float32(1.0),
+                     max_ops=np.int64(5))
+    assert plan.solver.status == "OPTIMAL"
 
 
 def test_same_input_gives_same_plan_across_processes():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import math
+import numbers
 import threading
 import time
 from contextlib import contextmanager
@@ -96,10 +97,10 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
         raise KeyError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    if time_limit is not None and not (isinstance(time_limit, (int, float)) and math.isfinite(time_limit)
-                                       and time_limit > 0):
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
+                                   or not math.isfinite(time_limit) or time_limit <= 0):
         raise ValueError(f"time_limit must be a positive, finite number of seconds or None; got {time_limit!r}")
-    if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops < 1:
+    if isinstance(max_ops, bool) or not isinstance(max_ops, numbers.Integral) or max_ops < 1:
         raise ValueError(f"max_ops must be an int of at least 1; got {max_ops!r}")
     hw = load_hardware(hardware)
     with _fewer_collections():
