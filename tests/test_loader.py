@@ -292,6 +292,26 @@ def test_numpy_scalars_in_a_dict_graph_keep_their_kind():
     assert g.ops["y"].out.dtype == "float32" and g.inputs["x"].shape == (3,)
 
 
+def test_libyamls_parser_and_pyyamls_read_the_same_values():
+    """The graph loader parses with libyaml where PyYAML has it; the YAML 1.2 scalar
+    rules live in the Python resolvers and constructor, so PyYAML's own parser reads
+    every file the same (a corpus graph, and the scalars YAML 1.1 reads otherwise)."""
+    import yaml
+
+    from partitioner.yamlio import yaml_loader
+
+    if not hasattr(yaml, "CSafeLoader"):
+        pytest.skip("PyYAML was built without libyaml")
+    tricky = "a: [010, 1e-5, 1.5, .5, -3, 0x1F, 0o17, on, no, yes, true, False, 2001-12-14, 1:30, .inf, -.Inf, .nan, ~]"
+    for text in (tricky, (ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml").read_text()):
+        fast, slow = (yaml.load(text, Loader=yaml_loader(base)) for base in (yaml.CSafeLoader, yaml.SafeLoader))
+        assert repr(fast) == repr(slow)  # repr: NaN equals itself there
+    assert yaml.load(tricky, Loader=yaml_loader(yaml.CSafeLoader))["a"][:4] == [10, 1e-5, 1.5, 0.5]
+    for base in (yaml.CSafeLoader, yaml.SafeLoader):
+        with pytest.raises(yaml.constructor.ConstructorError, match="appears twice"):
+            yaml.load("a: 1\na: 2", Loader=yaml_loader(base))
+
+
 # (libyaml's parser says "exceeded maximum nesting depth"; PyYAML's runs out of recursion)
 @pytest.mark.parametrize("content,problem", [(b"\xff\xfe\x00bad", "not UTF-8"), (b"[" * 100_000, "nest")])
 def test_unreadable_content_exits_2_in_one_line(tmp_path, capsys, content, problem):
