@@ -361,8 +361,8 @@ def _execution_facts(g) -> tuple[tuple, ...]:
 
 def _index_token(g, op, position: int, tokens: dict) -> int | None:
     """``None`` where ``op`` reads operand ``position`` at the index it computes its own
-    element at (an elementwise op of the operand's shape, a reshape, a reduction or
-    contraction: their reads are keyed apart already), else an int naming how it maps
+    element at (an elementwise op of the operand's shape, a reshape, a scan, a reduction
+    or contraction: their reads are keyed apart already), else an int naming how it maps
     indices, equal for ops that read the operand at the same elements (an elementwise
     broadcast of the same shapes, a layout op of the same kind, attributes and
     operands), interned in ``tokens``."""
