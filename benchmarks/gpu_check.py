@@ -48,7 +48,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from importlib.util import find_spec
+from importlib.util import find_spec, module_from_spec, spec_from_file_location
 from pathlib import Path
 from statistics import median
 
@@ -57,6 +57,25 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the GPU machine cannot pip-install: run from the checkout as it is
+
+
+def _templates_from_checkout() -> None:
+    """Make ``backends.templates`` importable where the project is not installed.
+
+    pyproject.toml maps ``templates/`` to that package only on install, so a bare
+    checkout (the GPU machine's) has no such module, and every kernel's render
+    failed with ModuleNotFoundError before this.
+    """
+    if find_spec("backends.templates") is not None:
+        return
+    spec = spec_from_file_location("backends.templates", ROOT / "templates" / "__init__.py",
+                                   submodule_search_locations=[str(ROOT / "templates")])
+    module = module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+
+
+_templates_from_checkout()
 
 from backends.base import BackendError  # noqa: E402
 from backends.check import run_and_check  # noqa: E402

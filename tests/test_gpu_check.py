@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import types
 from pathlib import Path
 
@@ -99,6 +101,20 @@ def test_the_dry_run_times_a_model_exported_from_pytorch_against_eager_and_torch
     assert "exported by graphs/export_models.py: GPT2Model" in out
     assert re.search(rf"^\| {DRY_RUN_MODEL} \| [\d.,]+ \| [\d.,e-]+ \| [\d.,e-]+ \| [\d.]+x \| [\d.]+x \| measured \|$",
                      out, re.MULTILINE), out[-2000:]
+
+
+@needs_gxx
+def test_the_check_runs_from_a_checkout_that_is_not_installed(tmp_path):
+    """The GPU machine cannot pip-install, so the check runs from the bare checkout,
+    where ``backends.templates`` (pyproject's name for ``templates/``) does not exist.
+    ``python -S`` skips the .pth files, and with them the editable install's finder;
+    site-packages on PYTHONPATH still gives the dependencies."""
+    site_packages = {sysconfig.get_paths()[key] for key in ("purelib", "platlib")}
+    done = subprocess.run([sys.executable, "-S", str(SCRIPT), "--dry-run", "--graphs", "layernorm_f16"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sorted(site_packages))})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(_plan_rows(done.stdout)) == ["layernorm_f16"]
 
 
 def test_an_unknown_graph_is_refused_in_one_line(capsys):
