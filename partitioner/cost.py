@@ -474,6 +474,74 @@ def _free_prologue(g, i: int, op) -> bool:
     return touched <= size and all(g.touched_bytes(r, op.name) >= size for r in g.names(g.readers_of[i]))
 
 
+#: Op classes an input prologue (:func:`input_prologues`) may have: those a group of any
+#: kind takes in as elementwise or layout work on an operand.
+PROLOGUE_CLASSES = ("elementwise", "broadcast", "injective")
+
+
+def input_prologues(graph) -> int:
+    """Bitset of the ops computed from graph inputs that nothing else reads (a batch
+    norm's ``rsqrt(var + eps)`` of its parameters, a weight's transpose or cast),
+    computed once per graph: an elementwise, broadcast or injective op whose result
+    has elements and is no graph output but has readers, and each of whose operand
+    storages is a graph input it alone reads, or the result of another such op.
+
+    A group of such ops reads only inputs no other group reads, so it shares a
+    tensor only with the groups of its readers and its own producers: a plan that
+    keeps them out of their readers' group launches one kernel for them at least.
+    :func:`prologue_excess` bounds what taking them in costs instead."""
+    found = graph.cache.get("input_prologues")
+    if found is None:
+        found = 0
+        g = graph
+        for i, name in enumerate(g.order):
+            op = g.ops[name]
+            if op.is_view or op.op_class not in PROLOGUE_CLASSES or g.writes_out[i] or not op.out.numel \
+                    or not g.readers_of[i]:
+                continue
+            if all(found >> g.index[base] & 1 if base in g.ops else g.storage_readers[base] == 1 << i
+                   for base in g.storage_reads[name]):
+                found |= 1 << i
+        graph.cache["input_prologues"] = found
+    return found
+
+
+def prologue_excess(group: Group, prologue: int, hw: Hardware, kind: str) -> int:
+    """An upper bound, in :func:`objective` units, on what the input prologues
+    ``prologue`` (a bitset of :func:`input_prologues` among the group's members,
+    closed under their producers, whose readers are all members) add to the
+    objective of the group without them: ``objective(group) - objective(rest) <=``
+    this, for ``kind`` ``time`` or ``traffic``.
+
+    Taking them in changes only what the group reads and computes: it reads their
+    input storages (at most the bytes they touch of each) where it read their
+    results (at least the bytes its other readers touch of each), writes the same
+    values (nothing outside reads a prologue, and a prologue reads no member), and
+    computes their FLOP on top of the rest's, which their executions do not change
+    (an op's count follows its in-group readers and writes: ``op_executions``). As
+    ``max(a + x, b + y) <= max(a, b) + max(x, y)`` and a ceiling of a sum is at most
+    the sum of the ceilings, the larger of the two differences bounds the change."""
+    g = group.graph
+    inputs: dict[str, int] = {}
+    taken = 0
+    for i in bits(prologue):
+        name = g.order[i]
+        for base in g.storage_reads[name]:
+            if base not in g.ops:
+                inputs[base] = inputs.get(base, 0) + g.touched_bytes(name, base)
+        others = g.readers_of[i] & group.mask & ~prologue
+        if others:
+            size = g.tensor(name).nbytes
+            taken += min(size, sum(g.touched_bytes(r, name) for r in g.names(others)))
+    added = sum(min(g.tensor(b).nbytes, n) for b, n in inputs.items()) - taken
+    memory = added * hw.launch_bytes.denominator
+    if kind == "traffic":
+        return memory
+    names = set(g.names(prologue))
+    compute = sum(flops * hw.flop_units(*unit) for name, unit, flops in _scaled_flops(group) if name in names)
+    return max(memory, math.ceil(compute))
+
+
 def op_flops(group: Group) -> dict[str, int]:
     """FLOP per compute op of the group: the registry's count for one result, scaled
     to the elements the kernel computes (:func:`op_executions`), rounded up."""

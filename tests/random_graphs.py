@@ -155,3 +155,34 @@ def shared_graphs(draw, max_ops: int = 6):
     # m's operand an output too: then a copy saves m's write and reads what is written anyway
     outputs = list(dict.fromkeys(spec["outputs"] + [last] * draw(st.booleans()) + ["r1", "r2"]))
     return load_graph({"name": "shared", "inputs": inputs, "ops": ops, "outputs": outputs})
+
+
+@st.composite
+def prologue_graphs(draw, max_ops: int = 6):
+    """A :func:`small_graphs` graph of ``max_ops - 2`` ops or fewer, with a batch
+    norm's parameter chain in it: ``s = rsqrt(p + eps)`` or ``s = p * 0.5`` of a
+    parameter ``p`` of its last result's last dimension (or a large one, of its
+    shape, that costs more than a launch to read), then ``m = t * s`` for that
+    result ``t``, sometimes read once more by another op: ``cost.input_prologues``
+    that a group holding their readers may take in (``_Search.dominated``)."""
+    spec = draw(graph_specs(max(1, max_ops - 2)))
+    block = load_graph(spec)
+    last = spec["ops"][-1]["name"]
+    shape = list(block.tensor(last).shape)
+    dtype = next(entry["dtype"] for entry in spec["inputs"] if entry["name"] != "idx")
+    small = draw(st.booleans()) or not shape
+    param = shape[-1:] if small else shape
+    ops = list(spec["ops"])
+    if draw(st.booleans()):
+        ops += [{"name": "ve", "op": "add", "inputs": ["p", 1e-5]}, {"name": "s", "op": "rsqrt", "inputs": ["ve"]}]
+    else:
+        ops.append({"name": "s", "op": "mul", "inputs": ["p", 0.5]})
+    ops.append({"name": "m", "op": "mul", "inputs": [last, "s"]})
+    outputs = list(spec["outputs"]) + ["m"]
+    if draw(st.booleans()):  # a second reader of the prologue
+        ops.append({"name": "m2", "op": "add", "inputs": ["m", "s"]})
+        outputs.append("m2")
+    names = {i for o in ops for i in o["inputs"] if isinstance(i, str)}
+    inputs = [entry for entry in spec["inputs"] if entry["name"] in names] + \
+        [{"name": "p", "shape": param, "dtype": dtype}]
+    return load_graph({"name": "prologue", "inputs": inputs, "ops": ops, "outputs": list(dict.fromkeys(outputs))})

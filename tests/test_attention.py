@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from partitioner import IllegalPlan, PROFILES, evaluate, load_graph, partition
 from partitioner.attention import pairs, structure
-from partitioner.cost import free_prologues, group_cost
+from partitioner.cost import free_prologues, group_cost, input_prologues
 from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import check_acyclic, check_group
@@ -279,23 +279,56 @@ def legal_groups(graph, recompute=True):
     return {(group.compute_mask, frozenset(group.writes)) for group in legal_variants(graph, recompute=recompute)}
 
 
-def needed_groups(graph, recompute=False):
-    """What the enumeration must find under the time and traffic objectives: the
-    :func:`legal_groups` less, without ``recompute``, each group of two or more ops that
-    holds every reader of a free prologue (``cost.free_prologues``) but not it, where the group
-    with all such prologues is legal too (it costs no more:
-    ``test_optimality.test_a_free_prologue_left_out_saves_nothing``). The enumeration
-    may keep some of those (a prologue outside the region of the search that finds
-    the group), never fewer."""
+def prologues_left_out(g, prologues: int, mask: int) -> int:
+    """The input prologues (``prologues``, a bitset) that the set ``mask`` leaves out
+    but holds every reader of: the largest such set closed under producers, found by
+    dropping, until none is left to drop, each prologue read outside ``mask`` and
+    the set, or produced by a prologue not in it."""
+    out = prologues & ~mask
+    while True:
+        drop = sum(1 << t for t in bits(out) if g.readers_of[t] & ~(mask | out)
+                   or any(base in g.ops and not out >> g.index[base] & 1 for base in g.storage_reads[g.order[t]]))
+        if not drop:
+            return out
+        out &= ~drop
+
+
+def needed_groups(graph, recompute=False, hw=H100, kind="time"):
+    """What the enumeration of ``kind`` on ``hw`` must find under the time and
+    traffic objectives: the :func:`legal_groups` less, without ``recompute``, each
+    group ``S`` of two or more ops that leaves out prologues it holds every reader
+    of, where the group with them is legal too and costs no more than ``S`` and
+    one launch:
+
+    - free prologues (``cost.free_prologues``), which cost nothing taken in
+      (``test_optimality.test_a_free_prologue_left_out_saves_nothing``);
+    - input prologues (``cost.input_prologues``): the largest set of them outside
+      ``S``, closed under producers, whose readers are all in ``S`` or the set.
+      Left out, they are a kernel of their own at least (one launch).
+
+    The enumeration may keep some of those (a prologue outside the region of the
+    search that finds the group, or one ``cost.prologue_excess`` does not bound
+    below a launch), never fewer."""
     legal = legal_groups(graph, recompute)
     if recompute:
         return legal
     free = free_prologues(graph)
+    prologues = input_prologues(graph)
     masks = {mask for mask, _ in legal}
+    g = graph
+
+    def cost(mask):
+        return objective(Group(g, g.convex_hull(mask)), hw, kind)
 
     def dominated(mask):
+        if not mask & (mask - 1):  # an op alone is kept
+            return False
         absent = sum(1 << t for t, readers in free.items() if not mask >> t & 1 and readers & mask == readers)
-        return mask & (mask - 1) and absent and mask | absent in masks  # an op alone is kept
+        cheap = prologues_left_out(g, prologues, mask)
+        full = mask | absent | cheap
+        if not absent | cheap or full not in masks:
+            return False
+        return not cheap or cost(full) <= cost(mask) + hw.launch_bytes.numerator
 
     return {(mask, writes) for mask, writes in legal if not dominated(mask)}
 

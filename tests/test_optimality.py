@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from partitioner import evaluate, load_graph, load_hardware, partition
-from partitioner.cost import FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, objective
+from partitioner.cost import (FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, input_prologues,
+                             objective, prologue_excess)
+from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import is_legal
 from partitioner.strategies.candidates import enumerate_candidates
@@ -24,9 +26,9 @@ from partitioner.strategies.ilp import structural_bound
 from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
-from .random_graphs import repeated_graphs, shared_graphs, small_graphs
+from .random_graphs import prologue_graphs, repeated_graphs, shared_graphs, small_graphs
 from .test_attention import (assert_finds_the_needed_groups, best_covering, convex_groups, found_groups,
-                             legal_groups, legal_variants, needed_groups)
+                             legal_groups, legal_variants, needed_groups, prologues_left_out)
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = load_hardware("h100")
@@ -203,12 +205,75 @@ def test_a_weight_another_op_reads_is_no_free_prologue_in_a_replayed_layer():
     assert g.mask(["m1", "y1"]) in found.masks and g.mask(["m0", "y0"]) not in found.masks
 
 
-def test_a_free_prologue_outside_a_search_prunes_nothing_it_replays():
+def assert_prologue_excess_bounds_the_change(graph) -> int:
+    """By brute force over every legal group ``S``: where the group with the input
+    prologues it leaves out but holds every reader of (``P``) is legal too, taking
+    them in adds at most ``cost.prologue_excess`` to the objective, in time and
+    traffic on either profile (the bound the enumeration's dominance rests on). And
+    a group that holds a prologue holds only prologues or one of its readers (left
+    out of their readers' group, prologues are a kernel of their own). Returns how
+    many pairs of groups were compared."""
+    g = graph
+    prologues = input_prologues(g)
+    legal = {group.compute_mask: group for group in legal_variants(g, recompute=False)}
+    compared = 0
+    for mask, group in legal.items():
+        if mask & prologues:
+            assert not mask & ~prologues or any(mask & g.readers_of[t] & ~prologues for t in bits(mask & prologues)), \
+                group.ops
+        taken = prologues_left_out(g, prologues, mask)
+        if not taken or mask | taken not in legal:
+            continue
+        full = legal[mask | taken]
+        for hw, kind in itertools.product((H100, SLOW), FREE_PROLOGUE_OBJECTIVES):
+            assert objective(full, hw, kind) - objective(group, hw, kind) <= prologue_excess(full, taken, hw, kind), \
+                (group.ops, hw.name, kind)
+        compared += 1
+    return compared
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(prologue_graphs(max_ops=7))
+def test_prologue_excess_bounds_what_taking_input_prologues_in_adds(graph):
+    assert_prologue_excess_bounds_the_change(graph)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(prologue_graphs(max_ops=6))
+def test_ilp_equals_brute_force_with_input_prologues(graph):
+    """The enumeration drops only groups the input prologues dominate
+    (``needed_groups``), and the plans stay exact, when bytes or compute decide."""
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64))
+    assert_ilp_exact(graph)
+    assert_ilp_exact(graph, SLOW)
+
+
+def test_a_batch_norm_takes_in_its_parameters_rsqrt():
+    """``y = relu((x @ w) * rsqrt(var + eps))``, as ONNX batch norms import: ``ve`` and
+    ``inv`` are input prologues; the groups holding their reader ``n`` without them
+    are dropped (taking them in reads 2 KiB more at most and computes 0.1 ns more,
+    while left out they launch a kernel), and the plan is exact."""
+    g = make_graph({"x": [256, 512], "w": [512, 512], "var": [512]}, [
+        op("mm", "matmul", ["x", "w"]), op("ve", "add", ["var", 1e-5]), op("inv", "rsqrt", ["ve"]),
+        op("n", "mul", ["mm", "inv"]), op("y", "relu", ["n"])], ["y"])
+    assert g.names(input_prologues(g)) == ["ve", "inv"]
+    assert assert_prologue_excess_bounds_the_change(g) > 0
+    found = enumerate_candidates(g, H100, 64)
+    assert_finds_the_needed_groups(g, found)
+    assert g.mask(["mm", "n", "y"]) not in found.masks and g.mask(["inv", "n", "y"]) not in found.masks
+    assert g.mask(["mm", "ve", "inv", "n", "y"]) in found.masks and found.dominated >= 4
+    assert_ilp_exact(g)
+
+
+def test_a_prologue_before_a_search_is_in_its_structure():
     """Two copies of ``slice -> exp -> exp``: the first slices a graph input (a free
     prologue of its ``exp``), the second another op's result. The searches from each
-    ``exp`` cannot take the slice before them and have one structure, so the second
-    takes the first's groups mapped over: neither drops a group for a prologue outside
-    its region, or the second would lose its ``exp`` alone, which it needs."""
+    ``exp`` cannot take the slice before them, but the first's region holds it (the
+    input prologues that feed a region are part of its structure), so the two
+    searches have different structures: the first drops ``{a, b}`` for the slice it
+    leaves out, and the second, searched on its own, keeps its ``{a, b}``, which it
+    needs. (Were the slice left out of the structure, the second would take the
+    first's groups mapped over, without that one.)"""
     ops = []
     for k, source in enumerate(("x", "l0_y")):
         ops += [op(f"l{k}_s", "slice", [source], starts=[0], ends=[256], axes=[-1]),
@@ -217,7 +282,9 @@ def test_a_free_prologue_outside_a_search_prunes_nothing_it_replays():
     assert [g.order[t] for t in free_prologues(g)] == ["l0_s"]
     found = enumerate_candidates(g, H100, 64)
     assert_finds_the_needed_groups(g, found)
-    assert g.mask(["l1_a", "l1_b"]) in found.masks and found.replayed
+    assert g.mask(["l1_a", "l1_b"]) in found.masks and g.mask(["l0_a", "l0_b"]) not in found.masks
+    assert g.mask(["l0_s", "l0_a", "l0_b"]) in found.masks and not found.replayed
+    assert_ilp_exact(g)
 
 
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

@@ -82,7 +82,7 @@ from typing import Callable
 
 from .. import horizontal
 from ..attention import Pair, pairs
-from ..cost import FREE_PROLOGUE_OBJECTIVES, free_prologues, objective
+from ..cost import FREE_PROLOGUE_OBJECTIVES, free_prologues, input_prologues, objective, prologue_excess
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
@@ -225,8 +225,24 @@ class _Search:
         for t, readers in self.free.items():
             for r in bits(readers):
                 self.free_read.setdefault(r, []).append(t)
-        self.absorbing = sum(1 << r for r in self.free_read)
-        self.taken_in: dict[int, bool] = {}  # a set with its free prologues -> its group is legal
+        # input prologues (cost.input_prologues), under the same objectives: per op, those
+        # that feed it through input prologues alone; a set holding every reader of such
+        # a closure but not it is not a candidate when taking it in costs less than a
+        # launch (cost.prologue_excess) and is legal (_Search.dominated)
+        self.prologues = input_prologues(graph) if kind in FREE_PROLOGUE_OBJECTIVES and not recompute else 0
+        self.feeding: dict[int, int] = {}
+        for i in bits(self.prologues):
+            self.feeding[i] = 0
+            for base in graph.storage_reads[graph.order[i]]:
+                if base in graph.ops:
+                    j = graph.index[base]
+                    self.feeding[i] |= 1 << j | self.feeding[j]
+        self.fed: dict[int, int] = {}  # an op no input prologue -> the input prologues that feed it
+        for t in bits(self.prologues):
+            for r in bits(graph.readers_of[t] & ~self.prologues):
+                self.fed[r] = self.fed.get(r, 0) | 1 << t | self.feeding[t]
+        self.absorbing = sum(1 << r for r in self.free_read) | sum(1 << r for r in self.fed)
+        self.taken_in: dict[int, bool] = {}  # a set with the prologues it leaves out -> it dominates the set
         self.region = 0  # the running job's region (_Search.structure), as a bitset
         self.running: _Job | None = None  # the job being searched
         self.dominated_sets = 0  # sets left out for a free prologue, replayed ones included
@@ -366,16 +382,42 @@ class _Search:
         them, so a job that takes this one's candidates mapped over drops the same.)"""
         absent = 0
         for r in bits(mask & self.absorbing):
-            for t in self.free_read[r]:
+            for t in self.free_read.get(r, ()):
                 if self.region >> t & 1 and not mask >> t & 1 and self.free[t] & mask == self.free[t]:
                     absent |= 1 << t
-        if not absent:
+        cheap = self.left_out(mask)
+        if not absent | cheap:
             return False
-        full = mask | absent
-        legal = self.taken_in.get(full)
-        if legal is None:
-            legal = self.taken_in[full] = self.decide(Group(self.graph, self.graph.convex_hull(full)))[0]
-        return legal
+        full = mask | absent | cheap
+        dominates = self.taken_in.get(full)
+        if dominates is None:
+            group = Group(self.graph, self.graph.convex_hull(full))
+            dominates = self.decide(group)[0] and (
+                not cheap or prologue_excess(group, cheap, self.hw, self.kind) <= self.hw.launch_bytes.numerator)
+            self.taken_in[full] = dominates
+        return dominates
+
+    def left_out(self, mask: int) -> int:
+        """The input prologues of the running job's region (``cost.input_prologues``)
+        that ``mask`` leaves out but holds every reader of, with the prologues that
+        feed them: the largest such set closed under producers. Every group of a plan
+        holding ``mask`` that computes one of them computes only them (it reads only
+        inputs no other group reads), so the plan launches a kernel for them."""
+        g = self.graph
+        out = 0
+        for r in bits(mask & self.absorbing):
+            out |= self.fed.get(r, 0)
+        out &= self.region & ~mask
+        while out:
+            keep = mask | out
+            drop = 0
+            for t in bits(out):
+                if g.readers_of[t] & ~keep or self.feeding[t] & ~out:
+                    drop |= 1 << t
+            if not drop:
+                break
+            out &= ~drop
+        return out
 
     def variants(self, mask: int) -> list[int]:
         """The choices of members a group of ``mask`` recomputes, as bitsets, none
@@ -537,6 +579,8 @@ class _Search:
         reach = self.reach(job)
         held = seed | reach
         hull = g.convex_hull(held, self.recomputable)
+        for i in bits(held & self.absorbing):  # the input prologues that feed it (dominated)
+            hull |= self.fed.get(i, 0)
         region = bits(hull)
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
@@ -554,7 +598,7 @@ class _Search:
             near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
                         near, self._reentry(i, hull, position), self.recomputable >> i & 1 and derived >> i & 1,
-                        i in self.free))
+                        i in self.free, self.prologues >> i & 1))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
 
