@@ -241,6 +241,12 @@ class _Search:
         for t in bits(self.prologues):
             for r in bits(graph.readers_of[t] & ~self.prologues):
                 self.fed[r] = self.fed.get(r, 0) | 1 << t | self.feeding[t]
+        self.final: dict[int, int] = {}  # an input prologue -> the ops no prologue that read it, or through them
+        for t in reversed(bits(self.prologues)):
+            readers = graph.readers_of[t]
+            self.final[t] = readers & ~self.prologues
+            for r in bits(readers & self.prologues):
+                self.final[t] |= self.final[r]
         self.absorbing = sum(1 << r for r in self.free_read) | sum(1 << r for r in self.fed)
         self.taken_in: dict[int, bool] = {}  # a set with the prologues it leaves out -> it dominates the set
         self.region = 0  # the running job's region (_Search.structure), as a bitset
@@ -579,8 +585,10 @@ class _Search:
         reach = self.reach(job)
         held = seed | reach
         hull = g.convex_hull(held, self.recomputable)
-        for i in bits(held & self.absorbing):  # the input prologues that feed it (dominated)
-            hull |= self.fed.get(i, 0)
+        for i in bits(held & self.absorbing):  # the input prologues a set of it may hold all readers of
+            for t in bits(self.fed.get(i, 0) & ~hull):
+                if not self.final[t] & ~held:
+                    hull |= 1 << t
         region = bits(hull)
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
