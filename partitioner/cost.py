@@ -506,12 +506,14 @@ def input_prologues(graph) -> int:
     return found
 
 
-def prologue_excess(group: Group, prologue: int, hw: Hardware, kind: str) -> int:
+def prologue_excess(group: Group, prologue: int, hw: Hardware, kind: str,
+                    flops: dict[str, tuple[tuple[str, bool], int]] | None = None) -> int:
     """An upper bound, in :func:`objective` units, on what the input prologues
     ``prologue`` (a bitset of :func:`input_prologues` among the group's members,
     closed under their producers, whose readers are all members) add to the
     objective of the group without them: ``objective(group) - objective(rest) <=``
-    this, for ``kind`` ``time`` or ``traffic``.
+    this, for ``kind`` ``time`` or ``traffic``. ``flops`` is the group's
+    :func:`unit_flops`, when the caller has them.
 
     Taking them in changes only what the group reads and computes: it reads their
     input storages (at most the bytes they touch of each) where it read their
@@ -521,25 +523,45 @@ def prologue_excess(group: Group, prologue: int, hw: Hardware, kind: str) -> int
     (an op's count follows its in-group readers and writes: ``op_executions``). As
     ``max(a + x, b + y) <= max(a, b) + max(x, y)`` and a ceiling of a sum is at most
     the sum of the ceilings, the larger of the two differences bounds the change."""
-    g = group.graph
-    inputs: dict[str, int] = {}
-    taken = 0
-    for i in bits(prologue):
-        name = g.order[i]
-        for base in g.storage_reads[name]:
-            if base not in g.ops:
-                inputs[base] = inputs.get(base, 0) + g.touched_bytes(name, base)
-        others = g.readers_of[i] & group.mask & ~prologue
-        if others:
-            size = g.tensor(name).nbytes
-            taken += min(size, sum(g.touched_bytes(r, name) for r in g.names(others)))
-    added = sum(min(g.tensor(b).nbytes, n) for b, n in inputs.items()) - taken
+    added = _prologue_bytes(group.graph, prologue)
     memory = added * hw.launch_bytes.denominator
     if kind == "traffic":
         return memory
-    names = set(g.names(prologue))
-    compute = sum(flops * hw.flop_units(*unit) for name, unit, flops in _scaled_flops(group) if name in names)
-    return max(memory, math.ceil(compute))
+    if flops is None:
+        flops = unit_flops(group)
+    order = group.graph.order
+    per_unit: dict[tuple[str, bool], int] = {}
+    for i in bits(prologue):
+        unit, n = flops[order[i]]
+        per_unit[unit] = per_unit.get(unit, 0) + n
+    return max(memory, math.ceil(sum(n * hw.flop_units(*unit) for unit, n in per_unit.items())))
+
+
+def _prologue_bytes(g, prologue: int) -> int:
+    """Bytes the input prologues ``prologue`` touch of their inputs, less the bytes
+    their other readers touch of their results (each storage at most whole), as
+    :func:`prologue_excess` counts them; memoised per graph (those readers are all
+    of the prologues' but themselves, whatever group holds them)."""
+    memo = g.cache.setdefault("prologue_bytes", {})
+    found = memo.get(prologue)
+    if found is None:
+        inputs: dict[str, int] = {}
+        taken = 0
+        for i in bits(prologue):
+            name = g.order[i]
+            for base in g.storage_reads[name]:
+                if base not in g.ops:
+                    inputs[base] = inputs.get(base, 0) + g.touched_bytes(name, base)
+            others = g.readers_of[i] & ~prologue
+            if others:
+                taken += min(g.tensor(name).nbytes, sum(g.touched_bytes(r, name) for r in g.names(others)))
+        found = memo[prologue] = sum(min(g.tensor(b).nbytes, n) for b, n in inputs.items()) - taken
+    return found
+
+
+def unit_flops(group: Group) -> dict[str, tuple[tuple[str, bool], int]]:
+    """Compute op name -> (:func:`flop_unit`, :func:`op_flops`' FLOP) of the group."""
+    return {name: (unit, flops) for name, unit, flops in _scaled_flops(group)}
 
 
 def op_flops(group: Group) -> dict[str, int]:

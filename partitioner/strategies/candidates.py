@@ -50,7 +50,12 @@ more ops that holds every reader of a *free prologue* of its search's region
 prologue is no candidate when the set with all such prologues is a legal group
 (:meth:`_Search.dominated`): that group costs no more, and the prologue left out
 would be a kernel of its own, so some optimal plan never needs the smaller set
-(``docs/strategies.md``).
+(``docs/strategies.md``). Likewise for *input prologues* (``cost.input_prologues``: ops
+of graph inputs only they read, as a batch norm's ``rsqrt(var + eps)``): a set of two or
+more ops that holds every reader of some but not them (:meth:`_Search.left_out`) is no
+candidate when the set with them is a legal group and taking them in costs at most
+the launch they need apart (``cost.prologue_excess``). A search's region holds the
+input prologues whose every reader it can hold, so its structure records them.
 
 With ``recompute``, a set holding recomputable ops (``Graph.recomputable_mask``) is a
 candidate once per choice of the members it recomputes that changes what it writes
@@ -82,7 +87,8 @@ from typing import Callable
 
 from .. import horizontal
 from ..attention import Pair, pairs
-from ..cost import FREE_PROLOGUE_OBJECTIVES, free_prologues, input_prologues, objective, prologue_excess
+from ..cost import (FREE_PROLOGUE_OBJECTIVES, free_prologues, input_prologues, objective, prologue_excess,
+                    unit_flops)
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
@@ -230,6 +236,8 @@ class _Search:
         # a closure but not it is not a candidate when taking it in costs less than a
         # launch (cost.prologue_excess) and is legal (_Search.dominated)
         self.prologues = input_prologues(graph) if kind in FREE_PROLOGUE_OBJECTIVES and not recompute else 0
+        self.launch = hw.launch_bytes.numerator  # one launch, in objective units
+        self.within_launch: dict[tuple, bool] = {}  # (input prologues, their FLOP) -> their excess <= a launch
         self.feeding: dict[int, int] = {}
         for i in bits(self.prologues):
             self.feeding[i] = 0
@@ -248,7 +256,9 @@ class _Search:
             for r in bits(readers & self.prologues):
                 self.final[t] |= self.final[r]
         self.absorbing = sum(1 << r for r in self.free_read) | sum(1 << r for r in self.fed)
-        self.taken_in: dict[int, bool] = {}  # a set with the prologues it leaves out -> it dominates the set
+        # a set with the prologues it leaves out -> whether its group is legal, the group, and
+        # its ops' FLOP (cost.unit_flops) where input prologues are among them
+        self.taken_in: dict[int, tuple[bool, Group, dict | None]] = {}
         self.region = 0  # the running job's region (_Search.structure), as a bitset
         self.running: _Job | None = None  # the job being searched
         self.dominated_sets = 0  # sets left out for a free prologue, replayed ones included
@@ -379,13 +389,16 @@ class _Search:
                 self.add(mask, real, recomputed)
 
     def dominated(self, mask: int) -> bool:
-        """Whether ``mask`` leaves out free prologues (``cost.free_prologues``) of the
-        running job's region whose readers it all holds, and its group with all of them
-        is legal. That group costs no more, and in a plan holding this one each
-        prologue left out is a kernel of its own: moving them in gives a plan no worse,
-        so this set is not needed. (The larger group is connected and convex, so the
-        enumeration finds it. Only the region's prologues count: its structure records
-        them, so a job that takes this one's candidates mapped over drops the same.)"""
+        """Whether ``mask`` leaves out prologues of the running job's region whose
+        readers it all holds, and its group with them is legal and costs no more
+        than it and one launch: free prologues (``cost.free_prologues``), which cost
+        nothing taken in, and input prologues (:meth:`left_out`), which cost at most
+        ``cost.prologue_excess``, at most a launch. In a plan holding this set, the
+        prologues left out are kernels of their own: moving them in gives a plan no
+        worse, so this set is not needed. (The larger group is connected and convex,
+        so the enumeration finds it. Only the region's prologues count: its structure
+        records them, so a job that takes this one's candidates mapped over drops the
+        same.)"""
         absent = 0
         for r in bits(mask & self.absorbing):
             for t in self.free_read.get(r, ()):
@@ -395,13 +408,23 @@ class _Search:
         if not absent | cheap:
             return False
         full = mask | absent | cheap
-        dominates = self.taken_in.get(full)
-        if dominates is None:
+        taken = self.taken_in.get(full)
+        if taken is None:
             group = Group(self.graph, self.graph.convex_hull(full))
-            dominates = self.decide(group)[0] and (
-                not cheap or prologue_excess(group, cheap, self.hw, self.kind) <= self.hw.launch_bytes.numerator)
-            self.taken_in[full] = dominates
-        return dominates
+            taken = self.taken_in[full] = (self.decide(group)[0], group, None)
+        legal, group, compute = taken
+        if not legal or not cheap:
+            return legal
+        if compute is None:
+            compute = unit_flops(group)
+            self.work += CANDIDATE_WORK  # about a decision's pricing
+            self.taken_in[full] = (legal, group, compute)
+        order = self.graph.order
+        key = (cheap, tuple([compute[order[i]] for i in bits(cheap)]))  # all the bound reads
+        within = self.within_launch.get(key)
+        if within is None:
+            within = self.within_launch[key] = prologue_excess(group, cheap, self.hw, self.kind, compute) <= self.launch
+        return within
 
     def left_out(self, mask: int) -> int:
         """The input prologues of the running job's region (``cost.input_prologues``)
