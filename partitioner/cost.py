@@ -522,7 +522,15 @@ def prologue_excess(group: Group, prologue: int, hw: Hardware, kind: str,
     computes their FLOP on top of the rest's, which their executions do not change
     (an op's count follows its in-group readers and writes: ``op_executions``). As
     ``max(a + x, b + y) <= max(a, b) + max(x, y)`` and a ceiling of a sum is at most
-    the sum of the ceilings, the larger of the two differences bounds the change."""
+    the sum of the ceilings, the larger of the two differences bounds the change.
+    That needs both groups to launch alike: an empty group (``Group.empty``) and the
+    rest, which writes the same values, cost nothing; a group that writes nothing
+    is priced with and without them."""
+    if group.empty:
+        return 0
+    if not group.writes:  # the rest may be empty, and launch nothing
+        rest = Group(group.graph, group.graph.convex_hull(group.mask & ~prologue))
+        return objective(group, hw, kind) - objective(rest, hw, kind)
     added = _prologue_bytes(group.graph, prologue)
     memory = added * hw.launch_bytes.denominator
     if kind == "traffic":

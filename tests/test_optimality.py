@@ -265,6 +265,26 @@ def test_a_batch_norm_takes_in_its_parameters_rsqrt():
     assert_ilp_exact(g)
 
 
+def test_input_prologues_of_an_empty_or_dead_group():
+    """A float16 parameter cast up for a product of zero rows (found by a helper's
+    fuzzer): the groups with and without the cast are empty and cost nothing, so the
+    bound is 0, not the 256 bytes the cast's reader would have read less. Where the
+    product is dead (nothing reads it), its group writes nothing and is priced with
+    and without the cast."""
+    g = make_graph({"x": ([0, 128], "float32"), "p": ([128], "float16")}, [
+        op("c", "cast", ["p"], dtype="float32"), op("m", "mul", ["x", "c"])], ["m"])
+    assert g.names(input_prologues(g)) == ["c"]
+    assert assert_prologue_excess_bounds_the_change(g) == 1
+    assert prologue_excess(Group(g, g.mask(["c", "m"])), g.mask(["c"]), H100, "traffic") == 0
+    assert_ilp_exact(g)
+    dead = make_graph({"x": [256, 128], "p": ([128], "float16")}, [
+        op("c", "cast", ["p"], dtype="float32"), op("m", "mul", ["x", "c"]), op("y", "exp", ["x"])], ["y"])
+    full = Group(dead, dead.mask(["c", "m"]))
+    assert not full.writes and prologue_excess(full, dead.mask(["c"]), H100, "traffic") == -256  # reads p, not c
+    assert assert_prologue_excess_bounds_the_change(dead) == 2
+    assert_ilp_exact(dead)
+
+
 def test_a_prologue_before_a_search_is_in_its_structure():
     """Two copies of ``slice -> exp -> exp``: the first slices a graph input (a free
     prologue of its ``exp``), the second another op's result. The searches from each
