@@ -419,8 +419,10 @@ class _Search:
             compute = unit_flops(group)
             self.work += CANDIDATE_WORK  # about a decision's pricing
             self.taken_in[full] = (legal, group, compute)
+        if group.empty or not group.writes:  # priced whole (cost.prologue_excess): rare
+            return prologue_excess(group, cheap, self.hw, self.kind, compute) <= self.launch
         order = self.graph.order
-        key = (cheap, tuple([compute[order[i]] for i in bits(cheap)]))  # all the bound reads
+        key = (cheap, tuple([compute[order[i]] for i in bits(cheap)]))  # all the bound reads here
         within = self.within_launch.get(key)
         if within is None:
             within = self.within_launch[key] = prologue_excess(group, cheap, self.hw, self.kind, compute) <= self.launch
