@@ -1077,7 +1077,7 @@ def test_light_model_imports_without_custom_ops_and_plans(name):
 
 
 def test_inception_v2_is_proven_optimal_with_default_options():
-    """Issue 10's case: ONNX Inception-v2 (1,177 ops) ended FEASIBLE with a 14.1% gap,
+    """Issue 10's case: ONNX Inception-v2 (1,181 ops) ended FEASIBLE with a 14.1% gap,
     its enumeration stopped by the default budget at 378,014 candidates. Its 69 batch
     norms' ``rsqrt(var + eps)`` are input prologues (``cost.input_prologues``) that
     each norm's group takes in: 68,262 candidates, proven, at 131.905 modelled us
