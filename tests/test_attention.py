@@ -20,6 +20,7 @@ from partitioner.legality import check_acyclic, check_group
 from partitioner.strategies.base import group_of
 from partitioner.strategies.candidates import enumerate_candidates
 from partitioner.cost import objective
+from partitioner.strategies.conflicts import exclusive_ops
 from partitioner.strategies.ilp import structural_bound
 
 from .attention_graphs import attention
@@ -441,8 +442,9 @@ def test_ilp_equals_brute_force_on_attention_graphs(spec):
     assert plan.solver.status == "OPTIMAL"
     best = best_covering(g, recompute=False)["time"]
     assert sum(objective(c.group, H100) for c in plan.cost.groups) == best
-    # the fallback bound (used when the enumeration stops early) stays a lower bound
+    # the fallback bounds (used when the enumeration stops early) stay lower bounds
     assert structural_bound(g, H100, 64) <= best
+    assert structural_bound(g, H100, 64, exclusive=exclusive_ops(g, 64)) <= best
 
 
 def test_every_transformer_of_the_corpus_gets_one_attention_group_per_layer(graph_path):

@@ -14,6 +14,7 @@ from backends.check import run_and_check
 from backends.cuda.render import render
 from partitioner import load_hardware, partition
 from partitioner.strategies import STRATEGIES
+from partitioner.strategies.conflicts import exclusive_ops
 from partitioner.strategies.ilp import structural_bound
 
 from .attention_graphs import attention
@@ -45,6 +46,7 @@ def test_every_strategy_plans_empty_tensors_and_the_ilp_stays_exact(graph):
     assert plan_objective(ilp.cost, H100, "time") == best
     assert all(ilp.cost.modeled_time_us <= p.cost.modeled_time_us + 1e-9 for p in plans.values())
     assert structural_bound(graph, H100, 64) <= best
+    assert structural_bound(graph, H100, 64, exclusive=exclusive_ops(graph, 64)) <= best
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -118,6 +120,7 @@ def test_groups_writing_only_empty_results_launch_nothing_whatever_they_fuse(nam
     fused = partition(graph, "ilp")
     assert fused.cost.launches == 0 and fused.cost.modeled_time_us == 0
     assert structural_bound(graph, H100, 64) == 0
+    assert structural_bound(graph, H100, 64, exclusive=exclusive_ops(graph, 64)) == 0
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH: the emulator needs it")

@@ -22,6 +22,7 @@ from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import is_legal
 from partitioner.strategies.candidates import enumerate_candidates
+from partitioner.strategies.conflicts import exclusive_ops
 from partitioner.strategies.ilp import structural_bound
 from partitioner.strategies.xla import xla_time
 
@@ -65,6 +66,7 @@ def assert_ilp_exact(graph, hw=H100, recompute=False) -> dict[str, int]:
         assert plan_objective(plan.cost, hw, kind) == best[kind], kind
         assert plan.solver.bound <= plan.cost.value(kind) * (1 + 1e-12)
         assert structural_bound(graph, hw, 64, kind, recompute) <= best[kind], kind
+        assert structural_bound(graph, hw, 64, kind, recompute, exclusive_ops(graph, 64, recompute)) <= best[kind], kind
     return best
 
 
@@ -477,9 +479,11 @@ def test_a_table_every_layer_reads_leaves_the_first_layers_reach(monkeypatch):
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(small_graphs(max_ops=7))
 def test_structural_bound_never_exceeds_the_optimum(graph):
+    exclusive = exclusive_ops(graph, 64)
     for hw in (H100, SLOW):
         best = brute_force_minima(graph, hw)
         assert all(structural_bound(graph, hw, 64, kind) <= best[kind] for kind in OBJECTIVES)
+        assert all(structural_bound(graph, hw, 64, kind, exclusive=exclusive) <= best[kind] for kind in OBJECTIVES)
 
 
 VIEW_OF_AN_INPUT = [

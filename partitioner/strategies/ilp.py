@@ -63,6 +63,7 @@ from ..hardware import Hardware
 from ..legality import breaks_hereditary, covering_groups, dependencies, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
+from .conflicts import Exclusive, exclusive_ops
 from .greedy import greedy_groups
 from .inductor import Inductor
 from .tvm import Tvm
@@ -99,7 +100,8 @@ SCENARIO_WORK_S = 2e-6
 OBJECTIVE_LIMIT = 1 << 62
 
 
-def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time", recompute: bool = False) -> int:
+def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time", recompute: bool = False,
+                     exclusive: Exclusive | None = None) -> int:
     """A valid lower bound on any legal plan's integer objective of ``kind``, from
     structure alone: launches and bytes (below) for ``traffic``; for ``time``, the
     launches plus the larger of those bytes and the FLOP of every contraction at
@@ -137,6 +139,13 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     other groups write (not ``Graph.input_derived_mask``), its copies read those
     tensors, so a tensor may be read by more groups than it has readers, and the
     distinct tensors are not counted.
+
+    With ``exclusive`` (``conflicts.exclusive_ops``: ops no two of which share a
+    group), the launches are at least its size, and the bytes at least its members'
+    operand reads (``conflicts.operand_reads``: one per group, each of a storage of
+    its ``chained``) plus every graph input off those storages read and every
+    output written, once; under ``time``, those reads and the contractions' FLOP
+    bound each member's group's larger term (:func:`_exclusive_time`).
     """
     g = graph
     # an input only empty results read may be read by no launched group
@@ -150,6 +159,8 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         outputs += size * (name in g.output_storages)
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
     launches = _launch_bound(g, max_ops)
+    if exclusive is not None:
+        launches = max(launches, len(exclusive.ops))
     crossing = launches - _components(g, g.recomputable_mask if recompute else 0)
     # copies of a recomputed op read its operands, so a tensor may be read by more
     # groups than it has readers: the count of distinct tensors no longer holds
@@ -164,6 +175,10 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         written = 0 if copies else max(0, -(-crossing // most_readers) - counted)
         chain_bytes += crossing * least_read + written * smallest
     moved = reads + max(split_bytes, chain_bytes)
+    rest = 0  # with exclusive: the bytes besides its operand reads (graph inputs off their chains, outputs)
+    if exclusive is not None:
+        rest = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs if base not in exclusive.chained) + outputs
+        moved = max(moved, exclusive.reads + rest)
     contractions = [g.ops[n] for n in g.names(g.class_masks.get("contraction", 0))]
     flops = [(op, flops_once(g, op)) for op in contractions]
     if kind == "energy":
@@ -172,7 +187,44 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     memory = moved * launch.denominator
     if kind == "time":  # floor: each group's FLOP term is rounded up, never down
         memory = max(memory, math.floor(sum(f * hw.flop_units(*flop_unit(op)) for op, f in flops)))
+        if exclusive is not None:
+            memory = max(memory, _exclusive_time(g, hw, exclusive, rest))
     return launches * launch.numerator + memory
+
+
+def _exclusive_time(g: Graph, hw: Hardware, exclusive: Exclusive, rest: int) -> int:
+    """A lower bound on the sum of every group's larger term (bytes or FLOP, in time
+    units) from the groups of ``exclusive``'s members, one each. A member's group's
+    term is at least ``a = max(r, f)``: its operand reads ``r`` and, for a
+    contraction, its FLOP ``f`` (computed at least once, rounded down). What else
+    the plan moves or computes lands in some group: the ``rest`` bytes (read or
+    written once each) and the FLOP of the contractions that are not members. In a
+    member's group, bytes ``e`` and FLOP ``x`` on top add ``max(r + e, f + x) - a >=
+    max(e - (a - r), x - (a - f))``, and in any other group all of them, so the sum
+    is at least ``Σa`` plus the larger of the bytes less ``Σ(a - r)`` and the FLOP
+    less ``Σ(a - f)``; the latter over the members whose groups can hold a
+    contraction at all (not a reduction outside every attention softmax, nor an op
+    that fuses with no contraction: ``legality.hereditary_violation``)."""
+    denominator = hw.launch_bytes.denominator
+    members = dict(exclusive.operands)
+    in_softmax = 0
+    for pair in attention.pairs(g):
+        in_softmax |= pair.middle
+    larger = extra = byte_room = flop_room = 0
+    for c in g.names(g.class_masks.get("contraction", 0)):
+        op = g.ops[c]
+        flops = math.floor(flops_once(g, op) * hw.flop_units(*flop_unit(op)))
+        if g.index[c] not in members:
+            extra += flops
+    for u, read in exclusive.operands:
+        op = g.ops[g.order[u]]
+        f = math.floor(flops_once(g, op) * hw.flop_units(*flop_unit(op))) if op.op_class == "contraction" else 0
+        r = read * denominator
+        larger += max(r, f)
+        byte_room += max(r, f) - r
+        if op.op_class in ("contraction", "elementwise", "broadcast", "injective") or in_softmax >> u & 1:
+            flop_room += max(r, f) - f
+    return larger + max(0, rest * denominator - byte_room, extra - flop_room)
 
 
 def _launch_bound(g: Graph, max_ops: int) -> int:
@@ -623,6 +675,10 @@ class Ilp(Strategy):
                 solved = replace(first, status="FEASIBLE", budget=solved.budget, stopped=True)
             solved.bound = max(first.bound, solved.bound)
         bound = max(bound, solved.bound) if cands.complete else bound
+        exclusive = None
+        if bound < solved.cost:  # unproven: the launches and reads of ops that never share a group may prove it
+            exclusive = exclusive_ops(graph, options.max_ops, options.recompute)
+            bound = max(bound, structural_bound(graph, hw, options.max_ops, kind, options.recompute, exclusive))
         bound = min(bound, solved.cost)
         status = solved.status if solved.status == "OPTIMAL" or bound < solved.cost else "OPTIMAL"
         stopped = [STOPPED_BY[s] for s in cands.stopped]
@@ -647,6 +703,8 @@ class Ilp(Strategy):
             "recomputation_scenarios": solved.scenarios,
             "recomputation_scenarios_solved": solved.scenarios_solved,
         }
+        if exclusive is not None:
+            details["bound_exclusive_ops"] = len(exclusive.ops)
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
         groups = assemble(graph, [masks[k] for k in solved.chosen], [recomputed[k] for k in solved.chosen])
