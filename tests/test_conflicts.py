@@ -101,9 +101,10 @@ def test_a_recurrence_step_needs_a_kernel_besides_its_gemm():
     assert not conflict(g, idx["g1"], idx["h1"], 64)  # one pointwise kernel holds them
     exclusive = exclusive_ops(g, 64)
     assert len(exclusive.ops) == 6
-    # each step's GEMM reads the weight and the state; its gates at least one of the product's halves
-    assert dict(exclusive.operands) == {idx[f"{v}{t}"]: size for t in (1, 2, 3)
-                                        for v, size in (("p", 128 * 64 * 4 + 8 * 64 * 4), ("h", 8 * 64 * 4))}
+    # each step's GEMM reads the weight and the state; its gates at least one of the
+    # product's halves, and write the state, an output
+    assert dict(exclusive.moved) == {idx[f"{v}{t}"]: size for t in (1, 2, 3)
+                                     for v, size in (("p", 128 * 64 * 4 + 8 * 64 * 4), ("h", 2 * 8 * 64 * 4))}
     assert ("p1", "h1") in assert_conflicts_share_no_group(rnn(2), recompute=False)
 
 
@@ -149,8 +150,26 @@ def test_operands_computed_from_one_tensor_read_it_once():
                     op("e", "exp", ["b"]), op("n", "neg", ["b"]), op("a", "abs", ["b"]), op("s", "add", ["e", "n"]),
                     op("v", "add", ["s", "a"]), op("u", "reduce_sum", ["v"], axes=[0])], ["u"])
     exclusive = exclusive_ops(g, 64)
-    assert dict(exclusive.operands) == {g.index["p"]: 2 * 256 * 256 * 4, g.index["u"]: 256 * 256 * 4}
+    # p's group reads x and w and writes p (a broadcast to another element count is
+    # no epilogue); u's reads p once and writes u, an output
+    assert dict(exclusive.moved) == {g.index["p"]: 3 * 256 * 256 * 4, g.index["u"]: 2 * 256 * 256 * 4}
     for kind in ("time", "traffic"):
         plan = partition(g, "ilp", H100, objective=kind)
         bound = display_value(structural_bound(g, H100, 64, kind, exclusive=exclusive), H100, kind)
         assert plan.solver.status == "OPTIMAL" and bound <= plan.cost.value(kind) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("kind", ["time", "traffic"])
+def test_the_exclusive_ops_prove_a_plan_the_search_left_unfinished(kind):
+    """A GEMM whose product is an output and transposed (no epilogue moves
+    elements): two launches, and the bound with the exclusive ops (each group reads
+    its operands and writes its output; the GEMM's FLOP term rounded up as the
+    group's is) meets the plan that a search stopped at once found, so it is proven;
+    the class counts alone saw one launch."""
+    g = make_graph({"x": [1024, 1024], "w": [1024, 1024]},
+                   [op("p", "matmul", ["x", "w"]), op("t", "transpose", ["p"], perm=[1, 0])], ["p", "t"])
+    plan = partition(g, "ilp", H100, objective=kind, time_limit=1e-5)
+    details = plan.solver.details
+    assert not details["enumeration_complete"] and plan.groups == [["p"], ["t"]]
+    assert plan.solver.status == "OPTIMAL" and details["proof"] == "exclusive ops bound"
+    assert structural_bound(g, H100, 64, kind) < structural_bound(g, H100, 64, kind, exclusive=exclusive_ops(g, 64))

@@ -257,7 +257,7 @@ def test_an_unrolled_lstm_states_its_true_gap():
     each step also needs one for its gates (a slice after the product is no
     epilogue, and the cell state is written, so no prologue), and each step's group
     reads the weight. Counting those (``conflicts.exclusive_ops``: 129 launches), the
-    bound is within 2.1% of the plan. Its enumeration explodes (every step's GEMM may
+    bound is within 1.94% of the plan. Its enumeration explodes (every step's GEMM may
     take any subset of the other steps' slices), so the plan stays unproven; the
     default budget finds no better plan than this short one, in 60 s instead of 1.5."""
     torch.manual_seed(0)
@@ -265,8 +265,8 @@ def test_an_unrolled_lstm_states_its_true_gap():
     plan = partition(graph, "ilp", time_limit=0.5)
     assert plan.solver.status == "FEASIBLE" and plan.solver.details["bound_exclusive_ops"] == 129
     assert plan.cost.modeled_time_us == pytest.approx(156.836506, abs=1e-5)
-    assert plan.solver.bound == pytest.approx(153.567199, abs=1e-5)
-    assert plan.solver.gap < 0.021
+    assert plan.solver.bound == pytest.approx(153.797064, abs=1e-5)
+    assert plan.solver.gap < 0.02
 
 
 def test_unmappable_ops_become_custom_and_the_graph_plans(capsys):

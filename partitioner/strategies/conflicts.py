@@ -5,10 +5,10 @@ that pairwise conflict sit in as many groups, and each of those groups launches,
 a set of them (:func:`exclusive_ops`, greedy) counts launches every plan makes: an
 unrolled LSTM's cell states, which no GEMM kernel can hold (the gates are slices of
 the product, and a slice moves elements), are one launch per step besides the
-step's GEMM, which the class counts of ``ilp.structural_bound`` miss. Each group of
-a contraction among them also reads that contraction's operands, or what they are
-computed from (:func:`operand_reads`): a weight every step of a recurrence reads is
-read once per step. ``ilp.structural_bound`` turns both into a lower bound, which the
+step's GEMM, which the class counts of ``ilp.structural_bound`` miss. Each of those
+groups also reads its member's operands, or what they are computed from, and
+writes its member's result where another group reads it (:func:`member_bytes`): a
+weight every step of a recurrence reads is read once per step. ``ilp.structural_bound`` turns both into a lower bound, which the
 ilp uses for the plans it cannot prove (``docs/strategies.md``).
 """
 
@@ -29,17 +29,19 @@ READ_DEPTH = 4
 class Exclusive:
     """Compute ops (indices) no two of which any legal group holds together, all with a
     non-empty result (each needs a launch of its own); per member, the bytes its
-    group must read to get its operands (:func:`operand_reads`); and the storages
-    those reads may be of (each read is of one of them)."""
+    group must read to get its operands and write of its result
+    (:func:`member_bytes`); the storages those reads may be of (each read is of
+    one of them); and the members' results those writes are of."""
 
     ops: tuple[int, ...]
-    operands: tuple[tuple[int, int], ...]  # (member index, bytes)
+    moved: tuple[tuple[int, int], ...]  # (member index, bytes)
     chained: frozenset[str]
+    written: frozenset[str]
 
     @property
-    def reads(self) -> int:
-        """The operand reads of all its members' groups, bytes."""
-        return sum(b for _, b in self.operands)
+    def bytes(self) -> int:
+        """What all its members' groups must read and write, bytes."""
+        return sum(b for _, b in self.moved)
 
 
 class _Conflicts:
@@ -172,7 +174,7 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
     the last (the ends of a recurrence's steps, each of which conflicts with every
     GEMM of the net), each tested against the ops taken last first (the nearest,
     which decide most tests). Every legal plan has a group per member, each
-    launching, and each reading what :func:`operand_reads` says.
+    launching, and each moving what :func:`member_bytes` says.
 
     Cost: a conflict test per pair of members, per other op one test per member
     until one passes, and a few per member's operand (an unrolled 2-layer LSTM of
@@ -189,20 +191,28 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
         if all(tests.conflict(v, u) for u in reversed(taken)):
             taken.append(v)
     taken.sort()
-    operands, chained = operand_reads(tests, taken)
-    return Exclusive(tuple(taken), operands, chained)
+    return Exclusive(tuple(taken), *member_bytes(tests, taken))
 
 
-def operand_reads(tests: _Conflicts, ops: list[int]) -> tuple[tuple[tuple[int, int], ...], frozenset[str]]:
+def member_bytes(tests: _Conflicts, ops: list[int]) -> tuple[tuple[tuple[int, int], ...], frozenset[str],
+                                                             frozenset[str]]:
     """Per op of ``ops`` (pairwise conflicting: one group each), the bytes its group
-    reads to get its operands, and the storages all those reads may be of. A group
-    holding an op gets each operand by reading it or by computing it, and so reads
-    at least the least of the two (:meth:`_Conflicts.least_read`): a recurrence's
-    weight, transposed for each step's GEMM, is read in full by each step's group.
-    Reads of different groups are different reads, so they add up."""
-    out, chained = [], frozenset()
+    reads to get its operands and writes of its result; the storages all those
+    reads may be of; and the results written. A group holding an op gets each
+    operand by reading it or by computing it, and so reads at least the least of
+    the two (:meth:`_Conflicts.least_read`): a recurrence's weight, transposed for
+    each step's GEMM, is read in full by each step's group. It writes the op's
+    result where it is an output or a reader conflicts with it (so sits in another
+    group), unless that reader's group may recompute it. Reads and writes of
+    different groups are different, so they add up."""
+    g = tests.g
+    out, chained, written = [], frozenset(), set()
     for u in ops:
         least, storages = tests.operand_reads(u)
+        if not tests.recomputable >> u & 1 and (g.writes_out[u] or any(tests.conflict(r, u)
+                                                                      for r in bits(g.readers_of[u]))):
+            least += g.ops[g.order[u]].out.nbytes
+            written.add(g.order[u])
         out.append((u, least))
         chained |= storages
-    return tuple(out), chained
+    return tuple(out), chained, frozenset(written)

@@ -141,11 +141,12 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     distinct tensors are not counted.
 
     With ``exclusive`` (``conflicts.exclusive_ops``: ops no two of which share a
-    group), the launches are at least its size, and the bytes at least its members'
-    operand reads (``conflicts.operand_reads``: one per group, each of a storage of
-    its ``chained``) plus every graph input off those storages read and every
-    output written, once; under ``time``, those reads and the contractions' FLOP
-    bound each member's group's larger term (:func:`_exclusive_time`).
+    group), the launches are at least its size, and the bytes at least what its
+    members' groups move (``conflicts.member_bytes``: operand reads, each of a
+    storage of its ``chained``, and the members' results they write) plus every
+    graph input off those storages read and every other output written, once;
+    under ``time``, those bytes and the contractions' FLOP bound each member's
+    group's larger term (:func:`_exclusive_time`).
     """
     g = graph
     # an input only empty results read may be read by no launched group
@@ -175,10 +176,12 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
         written = 0 if copies else max(0, -(-crossing // most_readers) - counted)
         chain_bytes += crossing * least_read + written * smallest
     moved = reads + max(split_bytes, chain_bytes)
-    rest = 0  # with exclusive: the bytes besides its operand reads (graph inputs off their chains, outputs)
+    rest = 0  # with exclusive: the bytes its members' groups need not move (inputs off their reads, other outputs)
     if exclusive is not None:
-        rest = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs if base not in exclusive.chained) + outputs
-        moved = max(moved, exclusive.reads + rest)
+        rest = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs if base not in exclusive.chained)
+        rest += sum(g.ops[name].out.nbytes for name in g.output_storages
+                    if name in g.ops and name not in exclusive.written)
+        moved = max(moved, exclusive.bytes + rest)
     contractions = [g.ops[n] for n in g.names(g.class_masks.get("contraction", 0))]
     flops = [(op, flops_once(g, op)) for op in contractions]
     if kind == "energy":
@@ -195,8 +198,10 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
 def _exclusive_time(g: Graph, hw: Hardware, exclusive: Exclusive, rest: int) -> int:
     """A lower bound on the sum of every group's larger term (bytes or FLOP, in time
     units) from the groups of ``exclusive``'s members, one each. A member's group's
-    term is at least ``a = max(r, f)``: its operand reads ``r`` and, for a
-    contraction, its FLOP ``f`` (computed at least once, rounded down). What else
+    term is at least ``a = max(r, f)``: the bytes ``r`` it must move and, for a
+    contraction, its FLOP ``f`` (computed at least once; rounded up, as the group's
+    FLOP term is, which holds them). The FLOP of the others are rounded down, as
+    several may share a group. What else
     the plan moves or computes lands in some group: the ``rest`` bytes (read or
     written once each) and the FLOP of the contractions that are not members. In a
     member's group, bytes ``e`` and FLOP ``x`` on top add ``max(r + e, f + x) - a >=
@@ -206,7 +211,7 @@ def _exclusive_time(g: Graph, hw: Hardware, exclusive: Exclusive, rest: int) -> 
     contraction at all (not a reduction outside every attention softmax, nor an op
     that fuses with no contraction: ``legality.hereditary_violation``)."""
     denominator = hw.launch_bytes.denominator
-    members = dict(exclusive.operands)
+    members = dict(exclusive.moved)
     in_softmax = 0
     for pair in attention.pairs(g):
         in_softmax |= pair.middle
@@ -216,9 +221,9 @@ def _exclusive_time(g: Graph, hw: Hardware, exclusive: Exclusive, rest: int) -> 
         flops = math.floor(flops_once(g, op) * hw.flop_units(*flop_unit(op)))
         if g.index[c] not in members:
             extra += flops
-    for u, read in exclusive.operands:
+    for u, read in exclusive.moved:
         op = g.ops[g.order[u]]
-        f = math.floor(flops_once(g, op) * hw.flop_units(*flop_unit(op))) if op.op_class == "contraction" else 0
+        f = math.ceil(flops_once(g, op) * hw.flop_units(*flop_unit(op))) if op.op_class == "contraction" else 0
         r = read * denominator
         larger += max(r, f)
         byte_room += max(r, f) - r
@@ -705,6 +710,8 @@ class Ilp(Strategy):
         }
         if exclusive is not None:
             details["bound_exclusive_ops"] = len(exclusive.ops)
+            if status == "OPTIMAL" and solved.status != "OPTIMAL":
+                details["proof"] = "exclusive ops bound"
         if status != "OPTIMAL":
             details["stopped_by"] = stopped
         groups = assemble(graph, [masks[k] for k in solved.chosen], [recomputed[k] for k in solved.chosen])
