@@ -505,6 +505,57 @@ def test_ops_that_share_a_view_of_an_input_pass_nothing_between_them(graph):
     assert_ilp_exact(graph)
 
 
+# Legal plans the bound once exceeded (found by a fuzzer): (graph, plan, op cap, recompute).
+SPLIT_OVERCOUNTS = {
+    # m, of the input alone, recomputed in both groups: never written, though the
+    # reduction and the matmul (with m) can never share a group
+    "recomputed_table": (make_graph({"x": [1, 512]}, [op("m", "broadcast_to", ["x"], shape=[512, 512]),
+                                                      op("a", "reduce_sum", ["m"], axes=[1], keepdims=True),
+                                                      op("r", "matmul", ["m", "a"])], ["r"]),
+                         [["m", "a"], ["m", "r"]], 64, True),
+    # at a cap of 2 ops, m and s never share a group but through a copy of m
+    "recomputed_under_a_cap": (make_graph({"x": [512, 512]}, [op("m", "neg", ["x"]),
+                                                              op("a", "reduce_mean", ["m"], axes=[-1], keepdims=True),
+                                                              op("s", "sub", ["m", "a"])], ["s"]),
+                               [["m", "a"], ["m", "s"]], 2, True),
+    # o6's result is empty, so its group reads nothing of o4
+    "empty_reader": (make_graph({"y": [1024, 0]},
+                                [op("o0", "reduce_mean", ["y"], axes=[1], keepdims=True),
+                                 op("o1", "broadcast_to", ["o0"], shape=[1024, 4096]),
+                                 {"name": "o4", "op": "custom", "inputs": ["o1"], "attrs": {"kind": "opaque"},
+                                  "shape": [1024, 4096], "dtype": "float32"},
+                                 op("o5", "reshape", ["o4"], shape=[1024, 4096, 1]),
+                                 op("o6", "broadcast_to", ["o5"], shape=[1024, 4096, 0])], ["o6"]),
+                     [["o0", "o1"], ["o4"], ["o5", "o6"]], 64, False),
+}
+
+
+@pytest.mark.parametrize("case", SPLIT_OVERCOUNTS)
+def test_a_split_tensor_counts_only_where_it_must_be_written_and_read(case):
+    """The bound's tensors whose producer and reader can never share a group are
+    written and read once only where neither result is empty and, with
+    ``recompute``, the producer cannot be recomputed in the reader's group."""
+    graph, plan, max_ops, recompute = SPLIT_OVERCOUNTS[case]
+    cost = evaluate(graph, plan, H100, max_ops)
+    for kind in OBJECTIVES:
+        value = sum(objective(c.group, H100, kind) for c in cost.groups)
+        assert structural_bound(graph, H100, max_ops, kind, recompute) <= value, kind
+        assert structural_bound(graph, H100, max_ops, kind, recompute,
+                                exclusive_ops(graph, max_ops, recompute)) <= value, kind
+
+
+def test_a_covering_cut_short_is_not_called_optimal():
+    """The recomputed-table case with a search stopped at once: the heuristics'
+    plan (2.63 us) was reported OPTIMAL by the structural bound, against the
+    covering's 2.01 us."""
+    graph, plan, _, _ = SPLIT_OVERCOUNTS["recomputed_table"]
+    short = partition(graph, "ilp", recompute=True, time_limit=1e-5)
+    assert short.solver.status != "OPTIMAL" and short.solver.bound <= 2.011739
+    full = partition(graph, "ilp", recompute=True)
+    assert full.solver.status == "OPTIMAL" and sorted(full.groups) == sorted(plan)
+    assert full.cost.modeled_time_us == pytest.approx(2.011738, abs=1e-6)
+
+
 def test_energies_past_the_solvers_64_bits_are_solved_in_their_common_unit():
     """Seven 1-TiB operands summed and multiplied in a chain: under ``energy`` (in
     femtojoules) the 28 candidates' costs sum past 2^62, which CP-SAT cannot take;

@@ -123,7 +123,10 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     output written once, plus the
     larger of two counts of what crosses between groups. (a) A tensor whose producer
     and a reader can never share a group is written and read once (the read as
-    above). (b) Link the
+    above), where both results are non-empty (each group launches and moves its
+    bytes) and, with ``recompute``, the producer is not recomputable (the reader's
+    group could recompute it) and the hull leaves out the paths out of the ops that
+    are. (b) Link the
     groups producer to reader: the groups meeting one component of the compute ops
     (linked producer to reader, :func:`_components`) are linked, so the groups form
     at most ``components`` linked sets (a group may join components: siblings of
@@ -152,13 +155,17 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     # an input only empty results read may be read by no launched group
     reads = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs)
     split_bytes = outputs = 0
+    recomputable = g.recomputable_mask if recompute else 0
     for name in g.names(g.compute_mask):
-        size = g.ops[name].out.nbytes
-        readers = g.storage_readers.get(name, 0)
-        split = any(breaks_hereditary(g, g.convex_hull((1 << g.index[name]) | (1 << g.index[r])), max_ops)
+        i, size = g.index[name], g.ops[name].out.nbytes
+        # a reader of an empty result may sit in a group that reads nothing, and a
+        # reader's group may recompute a recomputable value instead of reading it
+        able = (g.nonempty_mask & ~recomputable) >> i & 1
+        readers = g.storage_readers.get(name, 0) & g.nonempty_mask if able else 0
+        split = any(breaks_hereditary(g, g.convex_hull(1 << i | 1 << g.index[r], recomputable), max_ops)
                     for r in g.names(readers))
         outputs += size * (name in g.output_storages)
-        split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name) * int(split)
+        split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name, readers) * int(split)
     launches = _launch_bound(g, max_ops)
     if exclusive is not None:
         launches = max(launches, len(exclusive.ops))
