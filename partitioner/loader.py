@@ -34,7 +34,7 @@ FORMAT_1_1_OPS = frozenset({"arange", "cumsum", "floor_divide", "remainder", "fm
                             "avg_pool2d"})
 #: The largest tensor the format accepts, in bytes: 1 TiB, seven times an H200's
 #: 141 GB of HBM. The ILP's exact integer objective sums bytes times a launch
-#: denominator of up to 1,000 over up to 500,000 candidates, in 64 bits.
+#: denominator of up to 1,000 over up to 300,000 candidates, in 64 bits.
 MAX_TENSOR_BYTES = 1 << 40
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 

@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-from partitioner import compare, evaluate, load_graph, partition
+from partitioner import compare, evaluate, load_graph, load_hardware, partition
 from partitioner.cost import flops_once
 from partitioner.report import HEURISTICS as ALL_HEURISTICS
 from partitioner.report import text_report
+from partitioner.strategies.candidates import enumerate_candidates
 
 from .conftest import GRAPHS, ROOT
 
@@ -262,6 +263,15 @@ def test_unproven_plans_name_the_budget_that_stopped_them():
         "the search budget (--time-limit)", "an anchor's cap (2,000,000 units of search work)",
         "the candidate cap", "the solver's time limit (--time-limit, deterministic)"}
     assert "unproven  stopped by " in text_report(plan)
+
+
+def test_the_candidate_cap_is_kept_and_named_once():
+    """Stopped at the cap while a layer's search had not finished, the jobs waiting for
+    it once took its candidates too: one past the cap, and the cap named twice in
+    ``stopped`` (and so in the report)."""
+    graph = load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
+    found = enumerate_candidates(graph, load_hardware("h100"), 64, max_work=26_982, max_candidates=621)
+    assert len(found.masks) == 621 and found.stopped == ("candidates",) and found.replayed > 0
 
 
 def test_a_plan_kept_from_the_warm_start_names_whose_it_is():

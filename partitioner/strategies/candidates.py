@@ -498,8 +498,14 @@ class _Search:
             self.recomputed.append(recomputed)
             self.work += SIGNATURE_WORK
             if len(self.masks) >= self.max_candidates:
-                self.stopped.append("candidates")
-                raise _Stop
+                self.full()
+
+    def full(self) -> None:
+        """Stops the search at the candidate cap (named once in ``stopped``, however
+        many waiting jobs then reach it: ``_replay_waiting``)."""
+        if "candidates" not in self.stopped:
+            self.stopped.append("candidates")
+        raise _Stop
 
     def decide(self, group: Group) -> tuple[bool, int]:
         """(legal, objective) of ``group``, memoised per ``Group.signature``. Equal
@@ -665,6 +671,8 @@ class _Search:
             shift = None  # not a translate (a repeated layer's region usually is: one shift maps a mask)
             position = {i: k for k, i in enumerate(leader.region)}
         for k in leader.found:
+            if len(self.masks) >= self.max_candidates:  # (the search may have stopped there already)
+                self.full()
             if shift is None:
                 mask = recomputed = 0
                 for i in bits(self.masks[k]):
@@ -677,9 +685,6 @@ class _Search:
             self.costs.append(self.costs[k])
             self.recomputed.append(recomputed)
             self.work += 1
-            if len(self.masks) >= self.max_candidates:
-                self.stopped.append("candidates")
-                raise _Stop
         job.dominated = leader.dominated
         self.dominated_sets += leader.dominated
         self.replayed += 1

@@ -79,9 +79,11 @@ DEFAULT_TIME_LIMIT_S = 60.0
 # units a second on the corpus, the ladder and 14 sibling slices).
 WORK_PER_S = 100_000
 # The most candidates the enumeration may produce (the real graphs of graphs/ need at
-# most ~29,000; a full 32-layer Llama ~240,000), so that a pathological graph cannot
-# exhaust memory (each candidate costs ~1 kB here and about as much inside CP-SAT).
-MAX_CANDIDATES = 500_000
+# most ~29,000; a full 32-layer Llama 202,100, ONNX Inception-v2 68,262), so that a
+# pathological graph stays under 2 GB: where the candidates form one part of the model
+# CP-SAT holds about 4 kB of each (an unrolled 2-layer LSTM, measured peak: 2.63 GB at
+# 490,616 candidates, 1.67 GB at this cap, the same plan).
+MAX_CANDIDATES = 300_000
 WORKERS = 1
 # The heuristics' plans cost about this much search work per op of the graph (GPT-2 48L:
 # 5.7 CPU s for its 4,290 ops, at about 10 us a unit). The enumeration runs that far
