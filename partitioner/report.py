@@ -49,8 +49,10 @@ def _header(plan: Plan) -> list[str]:
         status += f" (the plan of {s.details['warm_start']})"
     lines.append(f"strategy  {plan.strategy}{goal}: {status}{bound}; planned in {s.wall_s:.2f} s ({_MEASURED})")
     if s.details.get("stopped_by"):
-        lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}; "
-                     "a larger --time-limit searches further")
+        # only the time limit is the user's to raise; the caps are fixed
+        more = "; a larger --time-limit searches further" if any("--time-limit" in b for b in s.details["stopped_by"]) \
+            else ""
+        lines.append(f"unproven  stopped by {' and '.join(s.details['stopped_by'])}{more}")
     return lines
 
 

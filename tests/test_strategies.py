@@ -263,6 +263,17 @@ def test_unproven_plans_name_the_budget_that_stopped_them():
         "the search budget (--time-limit)", "an anchor's cap (2,000,000 units of search work)",
         "the candidate cap", "the solver's time limit (--time-limit, deterministic)"}
     assert "unproven  stopped by " in text_report(plan)
+    assert "a larger --time-limit searches further" in text_report(plan)
+
+
+def test_a_plan_stopped_by_a_cap_alone_is_not_told_to_raise_the_time_limit(monkeypatch):
+    from partitioner.strategies import ilp
+
+    monkeypatch.setattr(ilp, "MAX_CANDIDATES", 621)
+    plan = partition(load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml"), "ilp")
+    assert plan.solver.details["stopped_by"] == ["the candidate cap"]
+    assert "unproven  stopped by the candidate cap\n" in text_report(plan) + "\n"
+    assert "--time-limit" not in text_report(plan)
 
 
 def test_the_candidate_cap_is_kept_and_named_once():
