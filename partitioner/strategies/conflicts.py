@@ -179,7 +179,7 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
     Cost: a conflict test per pair of members, per other op one test per member
     until one passes, and a few per member's operand (an unrolled 2-layer LSTM of
     32 steps, 1,375 ops: 129 members, 0.1 CPU s here; GPT-2 48L, 4,290 ops: 345
-    members, 1.5 s).
+    members, 1.1-1.5 s).
     """
     tests = _Conflicts(graph, max_ops, recompute)
     candidates = bits(graph.compute_mask & graph.nonempty_mask)

@@ -171,7 +171,7 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     launches = _launch_bound(g, max_ops)
     if exclusive is not None:
         launches = max(launches, len(exclusive.ops))
-    crossing = launches - _components(g, g.recomputable_mask if recompute else 0)
+    crossing = launches - _components(g, recomputable)
     # copies of a recomputed op read its operands, so a tensor may be read by more
     # groups than it has readers: the count of distinct tensors no longer holds
     copies = recompute and g.recomputable_mask & ~g.input_derived_mask
