@@ -141,7 +141,7 @@ def shared_graphs(draw, max_ops: int = 6):
     for name in ("r1", "r2"):
         kind = draw(st.sampled_from(readers))
         if kind == "matmul":
-            ops.append({"name": name, "op": "matmul", "inputs": ["m", "w"]})
+            ops.append({"name": name, "op": "matmul", "inputs": ["m", "wm"]})
         elif kind.startswith("reduce"):
             axis = int(kind[len("reduce"):])
             ops.append({"name": name, "op": "reduce_sum", "inputs": ["m"], "attrs": {"axes": [axis], "keepdims": True}})
@@ -150,8 +150,8 @@ def shared_graphs(draw, max_ops: int = 6):
     names = {i for o in ops for i in o["inputs"] if isinstance(i, str)}
     dtype = next(entry["dtype"] for entry in spec["inputs"] if entry["name"] != "idx")
     inputs = [entry for entry in spec["inputs"] if entry["name"] in names]
-    if "w" in names and not any(entry["name"] == "w" for entry in inputs):
-        inputs.append({"name": "w", "shape": [512, 512], "dtype": dtype})
+    if "wm" in names:  # its own name: the block's w is [n, n], which need not be 512 wide
+        inputs.append({"name": "wm", "shape": [512, 512], "dtype": dtype})
     # m's operand an output too: then a copy saves m's write and reads what is written anyway
     outputs = list(dict.fromkeys(spec["outputs"] + [last] * draw(st.booleans()) + ["r1", "r2"]))
     return load_graph({"name": "shared", "inputs": inputs, "ops": ops, "outputs": outputs})
