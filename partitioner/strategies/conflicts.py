@@ -20,7 +20,7 @@ from .. import attention, horizontal
 from ..graph import Graph, bits
 from ..legality import breaks_hereditary, written_violation
 
-#: How many producers up :meth:`_Conflicts.least_read` follows an operand (each level
+#: How many producers up :meth:`Conflicts.least_read` follows an operand (each level
 #: tests each producer against the op; an LSTM step's gates are 3 ops from its GEMM).
 READ_DEPTH = 4
 
@@ -44,7 +44,7 @@ class Exclusive:
         return sum(b for _, b in self.moved)
 
 
-class _Conflicts:
+class Conflicts:
     """Pairwise conflict tests on one graph, under one op cap, with or without
     recomputation (see :func:`conflict`)."""
 
@@ -164,8 +164,8 @@ class _Conflicts:
 def conflict(graph: Graph, i: int, j: int, max_ops: int, recompute: bool = False) -> bool:
     """Whether no legal group (a legal covering's group, with ``recompute``) holds
     both compute ops ``i`` and ``j`` (indices). Sound, not complete: ``True`` is
-    proven; ``False`` may still be such a pair. See :meth:`_Conflicts.conflict`."""
-    return _Conflicts(graph, max_ops, recompute).conflict(i, j)
+    proven; ``False`` may still be such a pair. See :meth:`Conflicts.conflict`."""
+    return Conflicts(graph, max_ops, recompute).conflict(i, j)
 
 
 def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclusive:
@@ -181,7 +181,7 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
     32 steps, 1,375 ops: 129 members, 0.1 CPU s here; GPT-2 48L, 4,290 ops: 345
     members, 1.1-1.5 s).
     """
-    tests = _Conflicts(graph, max_ops, recompute)
+    tests = Conflicts(graph, max_ops, recompute)
     candidates = bits(graph.compute_mask & graph.nonempty_mask)
     contractions = graph.class_masks.get("contraction", 0)
     order = [i for i in candidates if contractions >> i & 1] + [i for i in reversed(candidates)
@@ -194,13 +194,13 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
     return Exclusive(tuple(taken), *member_bytes(tests, taken))
 
 
-def member_bytes(tests: _Conflicts, ops: list[int]) -> tuple[tuple[tuple[int, int], ...], frozenset[str],
+def member_bytes(tests: Conflicts, ops: list[int]) -> tuple[tuple[tuple[int, int], ...], frozenset[str],
                                                              frozenset[str]]:
     """Per op of ``ops`` (pairwise conflicting: one group each), the bytes its group
     reads to get its operands and writes of its result; the storages all those
     reads may be of; and the results written. A group holding an op gets each
     operand by reading it or by computing it, and so reads at least the least of
-    the two (:meth:`_Conflicts.least_read`): a recurrence's weight, transposed for
+    the two (:meth:`Conflicts.least_read`): a recurrence's weight, transposed for
     each step's GEMM, is read in full by each step's group. It writes the op's
     result where it is an output or a reader conflicts with it (so sits in another
     group), unless that reader's group may recompute it. Reads and writes of

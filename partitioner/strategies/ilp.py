@@ -60,10 +60,10 @@ from ..errors import SizeError
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
-from ..legality import breaks_hereditary, covering_groups, dependencies, is_legal
+from ..legality import covering_groups, dependencies, is_legal
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
-from .conflicts import Exclusive, exclusive_ops
+from .conflicts import Conflicts, Exclusive, exclusive_ops
 from .greedy import greedy_groups
 from .inductor import Inductor
 from .tvm import Tvm
@@ -124,11 +124,10 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     non-empty result touch together (``Graph.all_touched``), every
     output written once, plus the
     larger of two counts of what crosses between groups. (a) A tensor whose producer
-    and a reader can never share a group is written and read once (the read as
-    above), where both results are non-empty (each group launches and moves its
-    bytes) and, with ``recompute``, the producer is not recomputable (the reader's
-    group could recompute it) and the hull leaves out the paths out of the ops that
-    are. (b) Link the
+    and a reader can never share a group (``conflicts.Conflicts.conflict``) is
+    written and read once (the read as above), where both results are non-empty
+    (each group launches and moves its bytes) and, with ``recompute``, the producer
+    is not recomputable (the reader's group could recompute it). (b) Link the
     groups producer to reader: the groups meeting one component of the compute ops
     (linked producer to reader, :func:`_components`) are linked, so the groups form
     at most ``components`` linked sets (a group may join components: siblings of
@@ -158,14 +157,14 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     reads = sum(g.all_touched(base, g.nonempty_mask) for base in g.inputs)
     split_bytes = outputs = 0
     recomputable = g.recomputable_mask if recompute else 0
+    tests = Conflicts(g, max_ops, recompute)
     for name in g.names(g.compute_mask):
         i, size = g.index[name], g.ops[name].out.nbytes
         # a reader of an empty result may sit in a group that reads nothing, and a
         # reader's group may recompute a recomputable value instead of reading it
         able = (g.nonempty_mask & ~recomputable) >> i & 1
         readers = g.storage_readers.get(name, 0) & g.nonempty_mask if able else 0
-        split = any(breaks_hereditary(g, g.convex_hull(1 << i | 1 << g.index[r], recomputable), max_ops)
-                    for r in g.names(readers))
+        split = any(tests.conflict(i, g.index[r]) for r in g.names(readers))
         outputs += size * (name in g.output_storages)
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name, readers) * int(split)
     launches = _launch_bound(g, max_ops)
