@@ -74,6 +74,33 @@ def test_a_sibling_may_make_a_side_value_its_epilogue():
     assert assert_conflicts_share_no_group(qkv(), recompute=False) == set()  # one group holds it all
 
 
+def test_a_value_no_group_may_write_brings_its_readers_in():
+    """An LSTM's initial state: one broadcast that both layers' first GEMMs slice. A
+    group of it and one GEMM would write it for the other (a prologue value needed
+    outside), or hold the other's slice, written off the product's element count (a
+    side value), or the other GEMM: so it conflicts with both, by brute force too.
+    Where one GEMM reads all of it, they share a group."""
+    g = make_graph({"s": [], "w1": [64, 128], "w2": [64, 128]},
+                   [op("full", "broadcast_to", ["s"], shape=[2, 8, 64]),
+                    op("s1", "slice", ["full"], axes=[0], starts=[0], ends=[1]),
+                    op("s2", "slice", ["full"], axes=[0], starts=[1], ends=[2]),
+                    op("h1", "reshape", ["s1"], shape=[8, 64]), op("h2", "reshape", ["s2"], shape=[8, 64]),
+                    op("p1", "matmul", ["h1", "w1"]), op("p2", "matmul", ["h2", "w2"]),
+                    op("t1", "tanh", ["p1"]), op("t2", "tanh", ["p2"])], ["t1", "t2"])
+    idx = g.index
+    assert conflict(g, idx["full"], idx["p1"], 64) and conflict(g, idx["full"], idx["p2"], 64)
+    named = assert_conflicts_share_no_group(g, recompute=False)
+    assert {("full", "p1"), ("full", "p2")} <= named
+    # with recomputation each GEMM's group may compute its own copy of the state
+    assert not conflict(g, idx["full"], idx["p1"], 64, recompute=True)
+    assert_conflicts_share_no_group(g, recompute=True)
+    assert len(exclusive_ops(g, 64).ops) == partition(g, "ilp", H100).cost.launches == 3
+    one = make_graph({"s": [], "w": [64, 128]},
+                     [op("full", "broadcast_to", ["s"], shape=[8, 64]), op("p", "matmul", ["full", "w"]),
+                      op("t", "tanh", ["p"])], ["t"])
+    assert not conflict(one, one.index["full"], one.index["p"], 64)
+
+
 def rnn(steps: int, output_every_state: bool = True):
     """An unrolled recurrence as ``torch.nn.LSTM`` exports one: each step's GEMM of the
     last state, whose product is sliced into gates (a slice moves elements, so no
@@ -101,10 +128,12 @@ def test_a_recurrence_step_needs_a_kernel_besides_its_gemm():
     assert not conflict(g, idx["g1"], idx["h1"], 64)  # one pointwise kernel holds them
     exclusive = exclusive_ops(g, 64)
     assert len(exclusive.ops) == 6
-    # each step's GEMM reads the weight and the state; its gates at least one of the
-    # product's halves, and write the state, an output
+    # each step's GEMM reads the weight and the state, and writes the product (or
+    # both its halves) for the gates' group; its gates read at least one of the
+    # halves, and write the state, an output
     assert dict(exclusive.moved) == {idx[f"{v}{t}"]: size for t in (1, 2, 3)
-                                     for v, size in (("p", 128 * 64 * 4 + 8 * 64 * 4), ("h", 2 * 8 * 64 * 4))}
+                                     for v, size in (("p", 128 * 64 * 4 + 8 * 64 * 4 + 8 * 128 * 4),
+                                                     ("h", 2 * 8 * 64 * 4))}
     assert ("p1", "h1") in assert_conflicts_share_no_group(rnn(2), recompute=False)
 
 
@@ -137,8 +166,8 @@ def test_an_imported_lstm_is_bounded_within_a_few_percent_of_its_optimum():
     exclusive = exclusive_ops(g, 64)
     old = display_value(structural_bound(g, H100, 64), H100, "time")
     new = display_value(structural_bound(g, H100, 64, exclusive=exclusive), H100, "time")
-    assert (len(exclusive.ops), plan.cost.launches) == (17, 18)
-    assert old < 0.53 * best and 0.93 * best <= new <= best
+    assert (len(exclusive.ops), plan.cost.launches) == (18, 18)
+    assert old < 0.53 * best and 0.98 * best <= new <= best
 
 
 def test_operands_computed_from_one_tensor_read_it_once():

@@ -256,17 +256,18 @@ def test_an_unrolled_lstm_states_its_true_gap():
     with a bound 53% below its plan: the class counts saw one launch per GEMM, but
     each step also needs one for its gates (a slice after the product is no
     epilogue, and the cell state is written, so no prologue), and each step's group
-    reads the weight. Counting those (``conflicts.exclusive_ops``: 129 launches), the
-    bound is within 1.94% of the plan. Its enumeration explodes (every step's GEMM may
+    reads the weight. Counting those (``conflicts.exclusive_ops``: 130 launches, all
+    the plan's: the initial state, a broadcast both layers' first GEMMs slice, needs
+    one too), the bound is within 1.1% of the plan. Its enumeration explodes (every step's GEMM may
     take any subset of the other steps' slices), so the plan stays unproven; the
     default budget finds no better plan than this short one, in 60 s instead of 1.5."""
     torch.manual_seed(0)
     graph = torch_importer.load(LSTM(), (torch.randn(8, 32, 256),))
     plan = partition(graph, "ilp", time_limit=0.5)
-    assert plan.solver.status == "FEASIBLE" and plan.solver.details["bound_exclusive_ops"] == 129
+    assert plan.solver.status == "FEASIBLE" and plan.solver.details["bound_exclusive_ops"] == plan.cost.launches == 130
     assert plan.cost.modeled_time_us == pytest.approx(156.836506, abs=1e-5)
-    assert plan.solver.bound == pytest.approx(153.797064, abs=1e-5)
-    assert plan.solver.gap < 0.02
+    assert plan.solver.bound == pytest.approx(155.114962, abs=1e-5)
+    assert plan.solver.gap < 0.012
 
 
 def test_unmappable_ops_become_custom_and_the_graph_plans(capsys):

@@ -7,14 +7,17 @@ unrolled LSTM's cell states, which no GEMM kernel can hold (the gates are slices
 the product, and a slice moves elements), are one launch per step besides the
 step's GEMM, which the class counts of ``ilp.structural_bound`` miss. Each of those
 groups also reads its member's operands, or what they are computed from, and
-writes its member's result where another group reads it (:func:`member_bytes`): a
-weight every step of a recurrence reads is read once per step. ``ilp.structural_bound`` turns both into a lower bound, which the
+writes its member's result where another group reads it, and what it must pass on
+to the members after it (:func:`member_bytes`): a weight every step of a
+recurrence reads is read once per step. ``ilp.structural_bound`` turns both into a lower bound, which the
 ilp uses for the plans it cannot prove (``docs/strategies.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import networkx as nx
 
 from .. import attention, horizontal
 from ..graph import Graph, bits
@@ -107,22 +110,63 @@ class Conflicts:
         that kind's rules (``legality.written_violation``, which only grows with
         the group and what it writes): a prologue needed outside, or, for a
         contraction that has no horizontal sibling (one could join and make a side
-        value its epilogue), a side value off the product's element count."""
-        g = self.g
+        value its epilogue), a side value off the product's element count.
+
+        A member whose writing alone would break those rules is written by no
+        legal group holding the hull, so every such group holds all its readers
+        too: the hull grows by them (:meth:`forced_readers`) and is tested again,
+        until nothing more is forced. An LSTM's initial state, a broadcast that
+        both layers' first GEMMs slice, is a prologue value of either GEMM that
+        the other one needs, so no group holds it with a GEMM; it is a launch of
+        its own, which the test on the hull alone missed."""
         hull = self.hull(1 << i | 1 << j)
-        if self.doomed(hull):
-            return True
-        anchors = self.anchors(hull)
-        if anchors is None:
-            return False
+        while not self.doomed(hull):
+            anchors = self.anchors(hull)
+            if anchors is None:
+                return False
+            if written_violation(self.g, "contraction", anchors, hull, self.rule_writes(hull)) is not None:
+                return True
+            forced = self.forced_readers(hull, anchors)
+            if not forced:
+                return False
+            hull = self.hull(hull | forced)
+        return True
+
+    def rule_writes(self, hull: int) -> set[str]:
+        """What :meth:`must_write` says every legal group holding ``hull`` writes, less,
+        where a horizontal sibling may join the hull's contractions, the values that
+        are no prologue value of them (a sibling's product may make such a value its
+        epilogue)."""
         written = self.must_write(hull)
         contractions = hull & self.contractions
         if contractions & self.siblings:
-            prologue = 0
-            for c in bits(contractions):
-                prologue |= g.ancestors_mask[c]
-            written = {name for name in written if prologue >> g.index[name] & 1}
-        return written_violation(g, "contraction", anchors, hull, written) is not None
+            prologue = self.prologue(contractions)
+            written = {name for name in written if prologue >> self.g.index[name] & 1}
+        return written
+
+    def prologue(self, contractions: int) -> int:
+        """The ops some of ``contractions`` depend on (their ancestors)."""
+        found = 0
+        for c in bits(contractions):
+            found |= self.g.ancestors_mask[c]
+        return found
+
+    def forced_readers(self, hull: int, anchors) -> int:
+        """Readers outside ``hull`` that every legal group holding it holds: those of a
+        member (not recomputable, which another group could compute) whose writing
+        alone breaks the rules of the hull's contraction group (only a prologue
+        value, where a horizontal sibling may join: see :meth:`rule_writes`). Such
+        a group cannot write the member, so no reader of it is outside."""
+        g = self.g
+        members = hull & g.compute_mask & ~self.recomputable
+        if hull & self.contractions & self.siblings:
+            members &= self.prologue(hull & self.contractions)
+        forced = 0
+        for m in bits(members):
+            outside = g.readers_of[m] & ~hull
+            if outside and written_violation(g, "contraction", anchors, hull, {g.order[m]}) is not None:
+                forced |= outside
+        return forced
 
     def operand_reads(self, u: int) -> tuple[int, frozenset[str]]:
         """Bytes every group holding op ``u`` reads to get its operands, and the
@@ -178,7 +222,7 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
 
     Cost: a conflict test per pair of members, per other op one test per member
     until one passes, and a few per member's operand (an unrolled 2-layer LSTM of
-    32 steps, 1,375 ops: 129 members, 0.1 CPU s here; GPT-2 48L, 4,290 ops: 345
+    32 steps, 1,375 ops: 130 members, 0.1 CPU s here; GPT-2 48L, 4,290 ops: 345
     members, 1.1-1.5 s).
     """
     tests = Conflicts(graph, max_ops, recompute)
@@ -197,22 +241,68 @@ def exclusive_ops(graph: Graph, max_ops: int, recompute: bool = False) -> Exclus
 def member_bytes(tests: Conflicts, ops: list[int]) -> tuple[tuple[tuple[int, int], ...], frozenset[str],
                                                              frozenset[str]]:
     """Per op of ``ops`` (pairwise conflicting: one group each), the bytes its group
-    reads to get its operands and writes of its result; the storages all those
-    reads may be of; and the results written. A group holding an op gets each
+    reads to get its operands and writes; the storages all those reads may be of;
+    and the members' results counted as written. A group holding an op gets each
     operand by reading it or by computing it, and so reads at least the least of
     the two (:meth:`Conflicts.least_read`): a recurrence's weight, transposed for
     each step's GEMM, is read in full by each step's group. It writes the op's
     result where it is an output or a reader conflicts with it (so sits in another
-    group), unless that reader's group may recompute it. Reads and writes of
-    different groups are different, so they add up."""
+    group), unless that reader's group may recompute it; and at least
+    :func:`cut_writes`, what it must pass towards the nearest later members, if
+    more. Reads and writes of different groups are different, so they add up."""
     g = tests.g
     out, chained, written = [], frozenset(), set()
+    cuts = cut_writes(tests, ops)
     for u in ops:
         least, storages = tests.operand_reads(u)
+        own = 0
         if not tests.recomputable >> u & 1 and (g.writes_out[u] or any(tests.conflict(r, u)
                                                                       for r in bits(g.readers_of[u]))):
-            least += g.ops[g.order[u]].out.nbytes
+            own = g.ops[g.order[u]].out.nbytes
             written.add(g.order[u])
-        out.append((u, least))
+        out.append((u, least + max(own, cuts[u] + (own if g.writes_out[u] else 0))))
         chained |= storages
     return tuple(out), chained, frozenset(written)
+
+
+def cut_writes(tests: Conflicts, ops: list[int]) -> dict[int, int]:
+    """Per op ``u`` of ``ops`` (pairwise conflicting), bytes its group writes: at least
+    a minimum vertex cut between ``u`` and the nearest members after it (those no
+    other later member reaches). Every path from ``u`` to such a member ``v``
+    leaves ``u``'s group, which cannot hold ``v``; the last op on the path inside
+    the group has a reader outside, so the group writes it, unless a group of that
+    reader computes it too (a recomputable op, cut at 0 bytes). So the values the
+    group writes cut ``u`` from ``v``, weighing their results' bytes. Graph outputs
+    weigh 0: every output is counted as written elsewhere (``ilp.structural_bound``).
+    An LSTM step's GEMM group writes the gates (or the product) that its cell's
+    group reads, and that group the cell and hidden states. Each group writes its
+    own values, so the cuts of different members add up."""
+    g = tests.g
+    weight = [0 if tests.recomputable >> i & 1 or g.writes_out[i] else g.ops[name].out.nbytes
+              for i, name in enumerate(g.order)]
+    members = 0
+    for u in ops:
+        members |= 1 << u
+    cuts = {}
+    for u in ops:
+        targets = later = g.descendants_mask[u] & members
+        for v in bits(later):
+            targets &= ~g.descendants_mask[v]
+        reach = 0
+        for v in bits(targets):
+            reach |= g.ancestors_mask[v]
+        region = g.descendants_mask[u] & reach & g.compute_mask & ~targets
+        cuts[u] = _vertex_cut(g, u, region, targets, weight) if targets else 0
+    return cuts
+
+
+def _vertex_cut(g: Graph, u: int, region: int, targets: int, weight: list[int]) -> int:
+    """The least total ``weight`` of ops of ``u`` and ``region`` whose removal leaves no
+    producer-to-reader path from ``u`` to ``targets`` (a maximum flow, each op split
+    into an entry and an exit joined by its weight)."""
+    flow = nx.DiGraph()
+    for x in [u, *bits(region)]:
+        flow.add_edge(("in", x), ("out", x), capacity=weight[x])
+        for r in bits(g.readers_of[x] & (region | targets)):
+            flow.add_edge(("out", x), "sink" if targets >> r & 1 else ("in", r))
+    return nx.maximum_flow_value(flow, ("in", u), "sink") if flow.has_node("sink") else 0
