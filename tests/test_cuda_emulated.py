@@ -563,3 +563,36 @@ def test_transposes_of_the_innermost_axis_are_staged_through_tiles(dtype):
         (kernel,) = render(partition(r, "ilp")).kernels
         assert "tile0" in kernel.source
         check(r, strategies=("ilp",))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4), (2, 1, 4), (3, 70, 45)])
+@pytest.mark.parametrize("after", [None, "exp"])
+def test_values_of_other_layouts_written_by_one_kernel(shape, after):
+    """Two transposes of one input, in one pointwise group (one iteration space: their
+    element count), written side by side: each value is computed at its own
+    multi-index of the element's linear position, staged through tiles or not. Each
+    was computed at the other's multi-index (out of bounds at 2 x 3 x 4, wrong values
+    at 2 x 1 x 4)."""
+    ops = [op("t1", "transpose", ["c"], perm=[2, 1, 0]), op("t2", "transpose", ["c"], perm=[1, 2, 0])]
+    outputs = ["t1", "t2"]
+    if after:
+        ops += [op("e1", after, ["t1"]), op("e2", after, ["t2"])]
+        outputs = ["e1", "e2"]
+    g = make_graph({"c": list(shape)}, ops, outputs)
+    plan = partition(g, "ilp")
+    assert len(plan.cost.groups) == 1
+    check(g, strategies=("ilp",))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape,view", [([4], [-1]), ([4, 3], [4, 3]), ([4, 3], [2, 6]), ([33, 31], [33, 31])])
+def test_a_row_read_through_a_view_is_staged_from_its_storage(shape, view, dtype):
+    """A reduction group reading an input through a reshape (a free view of its own) to
+    the input's own shape stages the input's rows in shared memory for the later
+    stages: the row is written there from the storage itself, which the kernel read
+    only through the view (a KeyError before)."""
+    for reduce in (lambda r: [op("s", "softmax", [r])],
+                   lambda r: [op("m", "reduce_max", [r], axes=[-1], keepdims=True), op("s", "sub", [r, "m"])]):
+        g = make_graph({"b": (shape, dtype)}, [op("r", "reshape", ["b"], shape=view), *reduce("r")], ["s"],
+                       dtype=dtype)
+        check(g, strategies=("ilp",))

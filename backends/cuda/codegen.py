@@ -482,6 +482,18 @@ class Emitter:
 
     # ------------------------------------------------------------ stores
 
+    def element_index(self, shape: tuple[int, ...], space: tuple[int, ...], idx: Index,
+                      lin: str | None = None) -> Index:
+        """The multi-index in ``shape`` of the element at ``idx`` of ``space`` (as many
+        elements; ``lin``, if given, its linear position): ``idx`` where the shapes
+        agree, else the multi-index of the same linear position. A kernel writes each
+        value at the element's linear position, so a value of another layout beside
+        it (a transpose of the same input, a reshape) must be computed there."""
+        if tuple(shape) == tuple(space):
+            return idx
+        lin = self.index_var(lin or linear(space, idx))
+        return tuple(self.index_var(e) for e in delinearize(shape, lin))
+
     def store(self, tensor: str, pointer: str, idx: Index) -> None:
         """Store ``tensor`` at ``idx`` into ``pointer`` (its storage type)."""
         t = self.graph.tensor(tensor)

@@ -19,7 +19,7 @@ from partitioner.dtypes import HALFS, accumulator_dtype
 from partitioner.group import Group
 from partitioner.ops import matmul_shapes
 
-from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, literal, \
+from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, literal, \
     storage_type, to_storage
 from .common import expr_macro, external_sources, index_type, parameters, row_major_walk, shared_memory_split, tile_grid
 from .probe import fast_axis
@@ -254,14 +254,8 @@ def _epilogue(ctx: _Context, group: Group, st: Structure, b2: tuple[str, ...]) -
 
 def _stores(em: Emitter, ctx: _Context, tensors: list[str], shape: tuple[int, ...], idx: tuple[str, ...]) -> None:
     """Store each of ``tensors`` (same element count as ``shape``) at the element ``idx`` of ``shape``."""
-    lin = None
     for w in tensors:
-        t = ctx.g.tensor(w)
-        if t.shape == shape:
-            em.store(w, ctx.params.pointer[w], idx)
-        else:
-            lin = lin or em.index_var(linear(shape, idx))
-            em.store(w, ctx.params.pointer[w], tuple(em.index_var(e) for e in delinearize(t.shape, lin)))
+        em.store(w, ctx.params.pointer[w], em.element_index(ctx.g.tensor(w).shape, shape, idx))
 
 
 def _score_writes(ctx: _Context, st: Structure, m_value: str, l_value: str, c1_value: str) -> tuple[str, str]:

@@ -18,7 +18,7 @@ from partitioner.dtypes import itemsize, product_accumulator
 from partitioner.group import Group
 from partitioner.ops import conv2d_output, matmul_shapes
 
-from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, linear, storage_type, to_storage
+from ..codegen import REGISTER, Emitter, Names, Source, broadcast_index, convert, delinearize, storage_type, to_storage
 from .common import (VECTOR_BYTES, expr_macro, external_sources, index_type, parameters, row_major_walk,
                      shared_memory_split, tile_grid)
 from .probe import STORES, contiguous_runs, fast_axis
@@ -147,16 +147,10 @@ def _part(group: Group, op, horizontal: bool, params, names: Names) -> dict:
         cvar = epi.declare(op.out.dtype, convert(cvar, promoted, op.out.dtype), "c")
     epi.sources[op.name] = Source("scalar", cvar)
     below = g.descendants_mask[g.index[op.name]] | 1 << g.index[op.name]
-    lin = None
     for w in group.writes:
         if horizontal and not below >> g.index[w] & 1:
             continue  # another product's value
-        t = g.tensor(w)
-        if t.shape == op.out.shape:
-            epi.store(w, params.pointer[w], out_idx)
-        else:
-            lin = lin or epi.index_var(linear(op.out.shape, out_idx))
-            epi.store(w, params.pointer[w], tuple(epi.index_var(e) for e in delinearize(t.shape, lin)))
+        epi.store(w, params.pointer[w], epi.element_index(g.tensor(w).shape, op.out.shape, out_idx))
 
     # the epilogue stores along n (the default: a row-major product) or along m (an
     # NCHW conv's pixels), whichever its stores step along consecutively

@@ -105,7 +105,8 @@ def _tiled(group: Group, shape: tuple[int, ...], axis: int, hw) -> dict:
     for k, w in enumerate(group.writes):
         t = g.tensor(w)
         row = transpose_tile_row(t.dtype)
-        em.emit(f"PART_STS(tile{k}[ll * {row} + al]) = {to_storage(em.value(w, idx), t.dtype)};")
+        value = em.value(w, em.element_index(t.shape, shape, idx, "i"))
+        em.emit(f"PART_STS(tile{k}[ll * {row} + al]) = {to_storage(value, t.dtype)};")
         tiles.append({"var": f"tile{k}", "type": storage_type(t.dtype), "pointer": params.pointer[w], "row": row})
     rest = [d for d in range(len(shape)) if d not in (axis, len(shape) - 1)]
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
@@ -140,7 +141,7 @@ def _windowed(group: Group, shape: tuple[int, ...], staged, hw) -> dict:
     stage.emit(f"PART_STS(rows[e]) = {to_storage(stage.value(staged.source, at), x.dtype)};")
     em.sources[staged.source] = Source("tile", "rows", position="tile_base")
     for w in group.writes:
-        em.store(w, params.pointer[w], idx)
+        em.store(w, params.pointer[w], em.element_index(g.tensor(w).shape, shape, idx, "i"))
     rows, cols = geometry(x.shape, g.ops[staged.window].attrs)
     count = x.shape[0] * x.shape[1] * staged.tiles_per_plane
     return {
@@ -204,8 +205,7 @@ def _emit(group: Group, shape: tuple[int, ...], vec: int) -> dict:
             em.emit(f"{var}.v[j] = {to_storage(em.value(w, idx), t.dtype)};")
             stores.append({"var": var, "type": storage_type(t.dtype), "pointer": params.pointer[w]})
         else:
-            w_idx = idx if t.shape == shape else tuple(em.index_var(e) for e in delinearize(t.shape, "i"))
-            em.store(w, params.pointer[w], w_idx)
+            em.store(w, params.pointer[w], em.element_index(t.shape, shape, idx, "i"))
     body = "\n".join(em.lines)
     # a tensor of the iteration space's shape read only elsewhere (transposed, say) needs no
     # vector load: the GPU compiler would drop it, but the emulator's counters would not

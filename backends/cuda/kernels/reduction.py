@@ -95,6 +95,12 @@ def build(group: Group, index: int, hw) -> dict:
             var = f"part_{k}" + ("_i" if region.role == "index" else "")
             scratch.append({"var": var, "type": REGISTER[region.dtype], "offset": region.offset})
     smem = sum(region.bytes for region in reduction_smem(group))
+    for base in buffered:
+        # a row staged from memory is written at its first use as the storage it is;
+        # where the group reads it only through views (a reshape to its own shape), the
+        # emitter's sources hold those views alone
+        if base in group.reads:
+            em.sources.setdefault(base, Source("global", params.pointer[base]))
 
     first_use = {}
     for op in group.compute:
