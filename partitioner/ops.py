@@ -626,10 +626,18 @@ def _ref_broadcast_to(values, attrs, operand_types, out):
 
 def _ref_slice(values, attrs, operand_types, out):
     x = values[0]
-    # slice.indices() gives range() bounds: a negative stop means "before index 0", which
-    # as a slice bound would mean "the last element", so it becomes None.
-    bounds = [slice(start, None if stop < 0 else stop, step) for start, stop, step in slice_params(x.shape, attrs)]
-    return x[tuple(bounds)].copy()
+    return x[tuple(_as_slice(range(*p)) for p in slice_params(x.shape, attrs))].copy()
+
+
+def _as_slice(indices: range) -> slice:
+    """The slice taking exactly ``indices``. ``slice.indices`` gives ``range`` bounds, in
+    which a negative start or stop means "before index 0" (a start of -1 when a
+    backward slice begins before the first element: nothing); as slice bounds they
+    would count from the end."""
+    if not indices:
+        return slice(0, 0)
+    stop = indices[-1] + indices.step
+    return slice(indices.start, stop if stop >= 0 else None, indices.step)
 
 
 def _ref_concat(values, attrs, operand_types, out):

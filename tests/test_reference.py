@@ -225,6 +225,27 @@ def test_layout_ops():
     assert out["ga"].shape == (2, 2, 2) and out["ga"][0, 1].tolist() == [8, 9] and out["ga"][1, 0].tolist() == [8, 9]
 
 
+BOUNDS = (-1000, -6, -5, -4, -1, 0, 1, 4, 5, 6, 1000)
+
+
+@pytest.mark.parametrize("step", [-3, -2, -1, 1, 2, 3])
+def test_every_slice_takes_what_python_slicing_takes(step):
+    """Every start and end, far out of range on either side included, against Python's
+    own slicing of the same bounds (ONNX clamps alike), with the shape inferred. A
+    backward slice starting before the first element (start -1000) took all 5
+    elements, reversed, for an inferred shape of 0."""
+    x = np.arange(5, dtype=np.float32)
+    ops = [op(f"s{i}_{j}", "slice", ["x"], starts=[start], ends=[end], steps=[step])
+           for i, start in enumerate(BOUNDS) for j, end in enumerate(BOUNDS)]
+    g = make_graph({"x": [5]}, ops, [o["name"] for o in ops])
+    out = run_reference(g, {"x": x})
+    for i, start in enumerate(BOUNDS):
+        for j, end in enumerate(BOUNDS):
+            want = x[start:end:step]
+            assert g.ops[f"s{i}_{j}"].out.shape == want.shape
+            assert out[f"s{i}_{j}"].tolist() == want.tolist(), (start, end, step)
+
+
 def test_matmul_batched_and_vector_forms():
     g = make_graph({"a": [2, 1, 2, 3], "b": [4, 3, 2], "v": [3], "w": [3, 5]},
                    [op("mm", "matmul", ["a", "b"]), op("vm", "matmul", ["v", "w"])], ["mm", "vm"])
