@@ -247,12 +247,42 @@ def test_emit_only_deletes_its_own_files(tmp_path):
     victim.write_text("keep")
     out = tmp_path / "k"
     out.mkdir()
-    (out / "manifest.json").write_text(json.dumps({"files": [str(victim), "../victim.txt"]}))
-    write(render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp")), out)
+    rendered = render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp"))
+    forged = {**rendered.manifest(), "files": [str(victim), "../victim.txt"]}
+    (out / "manifest.json").write_text(json.dumps(forged))
+    write(rendered, out)
     assert victim.read_text() == "keep"
     (out / "manifest.json").write_text("{bad")
     with pytest.raises(EmitError, match="not a manifest of this tool"):
-        write(render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp")), out)
+        write(rendered, out)
+
+
+def test_emit_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
+    """A graph named manifest.json emitted into its own directory, another program's
+    manifest.json, and a kernel-named file an earlier emit's manifest does not list:
+    each is refused with one line and exit 2, and left as it was."""
+    graph = tmp_path / "g" / "manifest.json"
+    graph.parent.mkdir()
+    graph.write_text(json.dumps({"inputs": [{"name": "x", "shape": [64, 64]}],
+                                 "ops": [{"name": "y", "op": "exp", "inputs": ["x"]}], "outputs": ["y"]}))
+    before = graph.read_text()
+    assert cli.main([str(graph), "--emit", "cuda", "--out", str(graph.parent)]) == 2
+    assert graph.read_text() == before
+    err = capsys.readouterr().err
+    assert "not a manifest of this tool" in err and err.count("\n") == 1
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "manifest.json").write_text('{"name": "my web app"}')
+    rendered = render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp"))
+    with pytest.raises(EmitError, match="not a manifest of this tool"):
+        write(rendered, app)
+    assert (app / "manifest.json").read_text() == '{"name": "my web app"}'
+    out = tmp_path / "k"
+    write(rendered, out)
+    (out / "manifest.json").write_text(json.dumps({**rendered.manifest(), "files": []}))
+    with pytest.raises(EmitError, match="partition_runtime.cuh was not written by an earlier emit"):
+        write(rendered, out)
+    assert (out / "g000_reduction.cu").exists()
 
 
 def test_flags_without_their_action_are_rejected(capsys):

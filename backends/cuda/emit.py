@@ -21,20 +21,26 @@ class EmitError(BackendError):
 _OURS = re.compile(r"g\d{3,}_[a-z]+\.cu")
 
 
-def _earlier_files(path: Path) -> list[str]:
-    """Files an earlier emit wrote here: only names this tool writes, never a path."""
+def _earlier_files(path: Path, rendered: Rendered) -> list[str]:
+    """Files an earlier emit wrote here: only names this tool writes, never a path.
+    Raises :class:`EmitError` where ``manifest.json`` is none of this tool's (a graph
+    of that name, another program's file), which is never overwritten."""
     try:
-        files = json.loads((path / MANIFEST).read_text()).get("files", [])
-    except (ValueError, AttributeError):
-        raise EmitError(f"{path / MANIFEST} is not a manifest of this tool; choose a new directory") from None
-    return [f for f in files if isinstance(f, str) and (_OURS.fullmatch(f) or f == RUNTIME_HEADER)]
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        manifest = None
+    if not (isinstance(manifest, dict) and {*rendered.manifest(), "files"} <= manifest.keys()
+            and isinstance(manifest["files"], list)):
+        raise EmitError(f"{path / MANIFEST} is not a manifest of this tool; choose a new directory")
+    return [f for f in manifest["files"] if isinstance(f, str) and (_OURS.fullmatch(f) or f == RUNTIME_HEADER)]
 
 
 def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list[Path]:
     """Write the kernels of ``rendered`` into a directory, with a ``manifest.json``.
 
     A directory that already holds files is only reused when it holds an earlier
-    ``manifest.json`` of this tool, whose files are replaced. The manifest gives
+    ``manifest.json`` of this tool, whose files are replaced; a file of a name it
+    would write that the earlier manifest does not list is never replaced. The manifest gives
     each kernel's nvcc command line for ``arch``.
 
     Parameters
@@ -54,24 +60,28 @@ def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list
     Raises
     ------
     EmitError
-        ``out`` is a file, a non-empty directory without a manifest, or cannot
-        be written.
+        ``out`` is a file, a non-empty directory without a manifest of this tool,
+        holds a file of a name it would write that no earlier emit wrote, or
+        cannot be written.
     """
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise EmitError(f"{path} is a file; give a directory for the kernels")
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise EmitError(f"{path} is not empty and holds no {MANIFEST} of an earlier emit; choose a new directory")
+    earlier = _earlier_files(path, rendered) if (path / MANIFEST).exists() else []
+    for name in (RUNTIME_HEADER, *(kernel.file_name for kernel in rendered.kernels)):
+        if (path / name).exists() and name not in earlier:
+            raise EmitError(f"{path / name} was not written by an earlier emit; choose a new directory")
     try:
-        return _write(rendered, path, arch)
+        return _write(rendered, path, arch, earlier)
     except OSError as exc:
         raise EmitError(f"cannot write the kernels to '{path}': {exc.strerror}") from None
 
 
-def _write(rendered: Rendered, path: Path, arch: str) -> list[Path]:
-    if (path / MANIFEST).exists():
-        for old in _earlier_files(path):
-            (path / old).unlink(missing_ok=True)
+def _write(rendered: Rendered, path: Path, arch: str, earlier: list[str]) -> list[Path]:
+    for old in earlier:
+        (path / old).unlink(missing_ok=True)
     path.mkdir(parents=True, exist_ok=True)
     files = [path / RUNTIME_HEADER]
     files[0].write_text(runtime_header())
