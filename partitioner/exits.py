@@ -84,19 +84,28 @@ def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseExcepti
         return BROKEN_PIPE
     except OutputError as exc:
         _discard_output()
-        print(f"{prog}: error: cannot write the output to stdout: {exc}", file=sys.stderr)
+        _complain(f"{prog}: error: cannot write the output to stdout: {exc}")
         return 2
     except bad_input as exc:
-        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        _complain(f"{prog}: error: {' '.join(str(exc).split())}")
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        _complain(f"{prog}: interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the commands' last line of defence: one line, exit 1
         if os.environ.get("PARTITIONER_DEBUG"):
             traceback.print_exc()
-        print(f"{prog}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _complain(f"{prog}: internal error: {type(exc).__name__}: {exc}")
         return 1
+
+
+def _complain(line: str) -> None:
+    """Say ``line`` on stderr; where stderr cannot take it (``2>/dev/full``), the exit
+    status alone says what happened."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def unwritable(path: str | Path, directory: bool = False) -> str | None:

@@ -251,6 +251,21 @@ def test_a_full_stdout_is_one_line_and_exit_2(args):
     assert err == "partition: error: cannot write the output to stdout: No space left on device\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("stdout", [None, "/dev/full"])
+def test_bad_input_is_exit_2_even_where_stderr_cannot_take_the_line(stdout):
+    """`partition missing.yaml 2>/dev/full` exited 1: printing the error failed too,
+    inside the handler."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "partitioner.cli", "missing.yaml"]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(command, stdout=full if stdout else subprocess.DEVNULL, stderr=full, cwd=ROOT,
+                              timeout=300)
+    assert done.returncode == 2
+
+
 @pytest.mark.parametrize("args, message", [
     (["--draw", "/missing/dir/plan.dot"], "cannot draw to '/missing/dir/plan.dot': no directory '/missing/dir'"),
     (["--draw", "{file}/plan.dot"], "is not a directory"),
