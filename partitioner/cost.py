@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair, staged_scores
 from .dtypes import HALFS, compute_dtype, itemsize, product_accumulator, reduction_accumulator
-from .graph import bits
+from .graph import Op, bits
 from .group import Group
 from .hardware import Hardware
 from .ops import conv2d_output, matmul_shapes, transpose_perm
@@ -1161,10 +1161,24 @@ class WindowRows:
         return align16(self.slots * itemsize(self.dtype))
 
 
+def _keeps_planes(group: Group, window: Op) -> bool:
+    """Whether every op of ``group`` after ``window`` computes its element from the
+    window's value at the same element (elementwise ops and reshapes, all at the
+    window's shape, since every written value has it): so each output element needs
+    the window over its own (image, channel) plane, the one a block stages. A slice,
+    concat or transpose after the pool may read another plane (a reversed channel
+    axis read the plane next to the staged one)."""
+    g = group.graph
+    after = g.descendants_mask[g.index[window.name]]
+    return all(o.op_class == "elementwise" or o.kind == "reshape"
+               for o in group.compute if after >> g.index[o.name] & 1)
+
+
 def window_rows(group: Group) -> WindowRows | None:
     """The staged input rows of the group's pool (:class:`WindowRows`), or None: not a
-    pointwise group of one window op, whose outputs are all of its shape and whose input
-    nothing else in the group reads or writes; a group that stages a transpose; or more than
+    pointwise group of one window op, whose outputs are all of its shape and computed
+    from it at their own elements (:func:`_keeps_planes`) and whose input nothing else
+    in the group reads or writes; a group that stages a transpose; or more than
     :data:`WINDOW_ROWS_MAX_BYTES`."""
     if group.kind != "pointwise" or transposes_innermost_axis(group):
         return None
@@ -1176,7 +1190,7 @@ def window_rows(group: Group) -> WindowRows | None:
     x = g.tensor(op.inputs[0])
     readers = [name for name in group.ops if op.inputs[0] in g.ops[name].tensor_inputs]  # views too
     if readers != [op.name] or op.inputs[0] in group.writes or \
-            any(g.tensor(w).shape != op.out.shape for w in group.writes):
+            any(g.tensor(w).shape != op.out.shape for w in group.writes) or not _keeps_planes(group, op):
         return None
     rows, cols = geometry(x.shape, op.attrs)
     align = sector_elements([x.dtype])

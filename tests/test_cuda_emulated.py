@@ -596,3 +596,48 @@ def test_a_row_read_through_a_view_is_staged_from_its_storage(shape, view, dtype
         g = make_graph({"b": (shape, dtype)}, [op("r", "reshape", ["b"], shape=view), *reduce("r")], ["s"],
                        dtype=dtype)
         check(g, strategies=("ilp",))
+
+
+@pytest.mark.parametrize("source,to,stated,values", [
+    ("int32", "int8", "int32", [300, 9, 2049, -129]),
+    ("int32", "float16", "int32", [2049, 3, -2049, 65519]),
+    ("int32", "bfloat16", "int64", [257, 3, -257, 16777217]),
+    ("float32", "float16", "float32", [2049.0, 1.0 / 3.0, 65519.0, -1e-8]),
+    ("float32", "int8", "float32", [1.5, -1.5, 100.9, -100.9]),
+])
+def test_a_cast_with_a_stated_dtype_converts_twice(source, to, stated, values):
+    """``cast`` to ``to`` whose result the file states as ``stated``: the value goes
+    through ``to`` first (int8 wraps 300 to 44; float16 rounds 2049 to 2048), then to
+    ``stated``, as the reference does. The kernels skipped the first conversion."""
+    g = make_graph({"i": ([4], source)}, [{"name": "o", "op": "cast", "inputs": ["i"], "attrs": {"dtype": to},
+                                          "dtype": stated}], ["o"])
+    check(g, strategies=("none",), inputs={"i": np.array(values, dtype=source)})
+
+
+POOL_THEN_LAYOUT = {
+    "reversed channels": (
+        [1, 3, 4, 4], [op("s", "slice", ["mp"], starts=[-1], ends=[-1000], steps=[-1], axes=[1])]),
+    "reversed images": (
+        [3, 2, 6, 6], [op("s", "slice", ["mp"], starts=[-1], ends=[-1000], steps=[-1], axes=[0])]),
+    "swapped channel halves": (
+        [2, 4, 6, 6], [op("hi", "slice", ["mp"], starts=[2], ends=[4], axes=[1]),
+                       op("lo", "slice", ["mp"], starts=[0], ends=[2], axes=[1]),
+                       op("s", "concat", ["hi", "lo"], axis=1)]),
+    "relu": ([2, 3, 7, 7], [op("s", "relu", ["mp"])]),
+}
+
+
+@pytest.mark.parametrize("pool", ["max_pool2d", "avg_pool2d"])
+@pytest.mark.parametrize("case", sorted(POOL_THEN_LAYOUT))
+def test_a_pool_stages_its_plane_only_where_each_output_needs_that_plane(case, pool):
+    """A pool in one kernel with a slice or concat that reorders images or channels:
+    an output element needs the window over another plane than its own, so the
+    kernel stages no rows (it did, and read outside what it staged). After
+    elementwise ops alone it still does."""
+    shape, after = POOL_THEN_LAYOUT[case]
+    g = make_graph({"x": shape}, [op("mp", pool, ["x"], kernel_shape=[2, 2]), *after], ["s"])
+    plan = partition(g, "ilp")
+    assert [len(group) for group in plan.groups if "mp" in group] == [len(after) + 1]
+    (kernel,) = render(plan).kernels
+    assert (" rows[" in kernel.source) == (case == "relu")
+    check(g, strategies=("ilp", "greedy"))

@@ -288,11 +288,10 @@ class Emitter:
 
     def _compute(self, op: Op, idx: Index) -> str:
         cls = op.op_class
-        if op.kind == "cast":
+        if op.kind == "cast":  # to its own dtype; a stated dtype converts again below
             src = self.graph.tensor(op.inputs[0])
-            var = self.declare(op.out.dtype, convert(self.value(op.inputs[0], idx), src.dtype, op.out.dtype))
-            return var
-        if op.kind == "arange":
+            var = self.declare(op.promoted, convert(self.value(op.inputs[0], idx), src.dtype, op.promoted))
+        elif op.kind == "arange":
             var = self._arange(op, idx)
         elif cls == "elementwise":
             return self._elementwise(op, idx)
