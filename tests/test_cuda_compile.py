@@ -361,3 +361,25 @@ def test_a_cached_program_is_replaced_while_another_process_runs_it(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+def test_emit_never_writes_through_a_symbolic_link(tmp_path):
+    """A manifest.json linked to another emit's, and a kernel-named link to a file that
+    does not exist yet: emit wrote through both, outside its directory (the other
+    emit's manifest, a new file elsewhere). Both are refused and nothing outside
+    changes."""
+    rendered = render(partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp"))
+    write(rendered, tmp_path / "a")
+    before = (tmp_path / "a" / "manifest.json").read_text()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "manifest.json").symlink_to(tmp_path / "a" / "manifest.json")
+    with pytest.raises(EmitError, match="manifest.json is a symbolic link"):
+        write(rendered, tmp_path / "b")
+    assert (tmp_path / "a" / "manifest.json").read_text() == before
+    kernel = rendered.kernels[0].file_name
+    write(rendered, tmp_path / "c")
+    (tmp_path / "c" / kernel).unlink()
+    (tmp_path / "c" / kernel).symlink_to(tmp_path / "elsewhere.cu")
+    with pytest.raises(EmitError, match=f"{kernel} is a symbolic link"):
+        write(rendered, tmp_path / "c")
+    assert not (tmp_path / "elsewhere.cu").exists()

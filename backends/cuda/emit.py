@@ -61,16 +61,21 @@ def write(rendered: Rendered, out: str | Path, arch: str = DEFAULT_ARCH) -> list
     ------
     EmitError
         ``out`` is a file, a non-empty directory without a manifest of this tool,
-        holds a file of a name it would write that no earlier emit wrote, or
-        cannot be written.
+        holds a file of a name it would write that no earlier emit wrote or a
+        symbolic link of such a name, or cannot be written.
     """
     path = Path(out)
     if path.exists() and not path.is_dir():
         raise EmitError(f"{path} is a file; give a directory for the kernels")
     if path.is_dir() and any(path.iterdir()) and not (path / MANIFEST).exists():
         raise EmitError(f"{path} is not empty and holds no {MANIFEST} of an earlier emit; choose a new directory")
+    names = (RUNTIME_HEADER, *(kernel.file_name for kernel in rendered.kernels))
+    for name in (MANIFEST, *names):
+        if (path / name).is_symlink():  # writing through it would write outside the directory
+            raise EmitError(f"{path / name} is a symbolic link, which emit never writes through; "
+                            "choose a new directory")
     earlier = _earlier_files(path, rendered) if (path / MANIFEST).exists() else []
-    for name in (RUNTIME_HEADER, *(kernel.file_name for kernel in rendered.kernels)):
+    for name in names:
         if (path / name).exists() and name not in earlier:
             raise EmitError(f"{path / name} was not written by an earlier emit; choose a new directory")
     try:
