@@ -156,18 +156,23 @@ def _run(args: argparse.Namespace) -> int:
         raise GraphError(f"{out}: {problem}")
     result = _convert(args, args.name or out.stem)
     report(result)
-    result.load()  # every rule of the loader, before anything is written
+    try:
+        result.load()  # every rule of the loader, before anything is written
+    except GraphError as exc:  # the imported graph has no file yet: name the source
+        raise GraphError(f"{args.source}: {str(exc).removeprefix('<graph>: ')}") from None
     side = out.with_suffix(".npz")
     keep = bool(result.values) and not args.no_values
     if keep and side.exists() and not args.force:
         raise GraphError(f"{side}: exists; pass --force to overwrite it")
+    target = side
     try:
         if keep:
             write_side_file(side, result.values)
             result.graph.update(format=1.1, values=side.name)
+        target = out
         out.write_text(to_yaml(result.graph, [f"Imported from {args.source} by `partition import` ({__version__})."]))
-    except OSError as exc:
-        raise GraphError(f"{exc.filename}: cannot write it: {exc.strerror}") from None
+    except OSError as exc:  # its filename is None where the write itself fails (a full disk)
+        raise GraphError(f"{target}: cannot write it: {exc.strerror}") from None
     megabytes = sum(a.nbytes for a in result.values.values()) / 1e6
     values = (f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB in {side}" if keep else
               f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB not written (--no-values): a run draws them "

@@ -1639,3 +1639,26 @@ def test_a_concat_drops_empty_operands_even_as_a_graph_output():
     ops = {o["name"]: o for o in result.graph["ops"]}
     assert {name: (op["op"], op["inputs"]) for name, op in ops.items()} == \
         {"r": ("relu", ["x"]), "c": ("reshape", ["r"]), "copy": ("reshape", ["x"])}
+
+
+def test_import_errors_name_the_file_at_fault(tmp_path, capsys):
+    """An empty .onnx file (protobuf reads it as an empty model), a model with no
+    output, and a write that fails (a full disk): each is one line naming the file,
+    exit 2. They named ``<graph>`` and ``None``."""
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    assert cli.main(["import", str(empty), "-o", str(tmp_path / "e.yaml")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"{empty}: not an ONNX model (it holds no graph)")
+    silent = tmp_path / "silent.onnx"
+    onnx.save(make([], {"x": (F, [2, 4])}, {}), silent)
+    assert cli.main(["import", str(silent), "-o", str(tmp_path / "s.yaml")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (f"partition import: error: {silent}: 'outputs' is empty: "
+                                                       "name at least one tensor to write")
+    if Path("/dev/full").exists():
+        relu = tmp_path / "relu.onnx"
+        onnx.save(make([helper.make_node("Relu", ["x"], ["y"])], {"x": (F, [2, 4])}, {"y": (F, None)}), relu)
+        full = tmp_path / "full.yaml"
+        full.symlink_to("/dev/full")
+        assert cli.main(["import", str(relu), "-o", str(full), "--force"]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (f"partition import: error: {full}: cannot write it: "
+                                                           "No space left on device")

@@ -91,6 +91,8 @@ def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
         raise GraphError(f"{path}: no such file") from None
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types for a file that is not ONNX
         raise GraphError(f"{path}: not an ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    if not model.HasField("graph"):  # protobuf parses an empty file as an empty message
+        raise GraphError(f"{path}: not an ONNX model (it holds no graph)")
     return model, str(path), str(path.parent)
 
 
