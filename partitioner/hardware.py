@@ -261,6 +261,10 @@ _NUMBER_FIELDS = [f.name for f in fields(Hardware) if f.name not in ("name", "so
 # the energies have shared defaults (ENERGY_SOURCES); every other number must be given
 _REQUIRED_FIELDS = [f.name for f in fields(Hardware) if f.name in _NUMBER_FIELDS and f.default is MISSING]
 _INTEGER_FIELDS = [f.name for f in fields(Hardware) if f.type == "int"]
+#: The largest number a profile may give: every modelled total of a graph (bytes, FLOP
+#: and energies times these) then fits a float, while no GPU comes near it (1e15 GB/s,
+#: TFLOP/s, pJ or us).
+MAX_PROFILE_VALUE = 1e15
 _PROFILE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -269,7 +273,8 @@ _PROFILE_SCHEMA = {
         "base": {"enum": sorted(PROFILES)},
         "sources": {"type": "object", "additionalProperties": {"type": "string"},
                     "propertyNames": {"enum": _NUMBER_FIELDS}},
-        **{key: {"type": "integer" if key in _INTEGER_FIELDS else "number", "exclusiveMinimum": 0}
+        **{key: {"type": "integer" if key in _INTEGER_FIELDS else "number", "exclusiveMinimum": 0,
+                 "maximum": MAX_PROFILE_VALUE}
            for key in _NUMBER_FIELDS},
     },
 }
@@ -331,13 +336,13 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     if "ops" in data:  # a graph given where a profile belongs (its schema error would name only its keys)
         raise HardwareError(f"{spec}: this is an operator graph, not a hardware profile: use one of "
                             f"{', '.join(PROFILES)} or a profile file (docs/cost-model.md)")
+    bad = [k for k in _NUMBER_FIELDS if isinstance(data.get(k), float) and not math.isfinite(data[k])]
+    if bad:  # before the schema, which would call an infinity too large
+        raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
     error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
         raise HardwareError(f"{spec}: {where + ': ' if where else ''}{error.message}")
-    bad = [k for k in _NUMBER_FIELDS if k in data and not math.isfinite(data[k])]
-    if bad:
-        raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
     base = PROFILES[data["base"]].to_dict() if "base" in data else {}
     given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
     missing = [k for k in _REQUIRED_FIELDS if k not in given and k not in base]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from partitioner import PROFILES, HardwareError, load_hardware
+
+from .conftest import ROOT
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -78,6 +81,8 @@ def test_unknown_name():
     ("base: h100\nhbm_bandwidth_gb_per_s: 1.0e-10\nsources: {hbm_bandwidth_gb_per_s: x}\n", "under one byte per"),
     # a launch under one byte rounded to no cost: modelled time fell below traffic time
     ("base: h100\nhbm_bandwidth_gb_per_s: 1.0e-7\nsources: {hbm_bandwidth_gb_per_s: x}\n", "under one byte:"),
+    # energies of 1e300 made every modelled total overflow a float: an OverflowError (exit 1)
+    ("base: h100\nhbm_pj_per_byte: 1.0e+300\nsources: {hbm_pj_per_byte: x}\n", "hbm_pj_per_byte: .* maximum"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
@@ -89,7 +94,6 @@ def test_profile_numbers_are_checked(tmp_path, text, problem):
 def test_a_profile_with_many_decimals_still_gets_a_proven_plan(tmp_path):
     from partitioner import load_graph, partition
 
-    from .conftest import ROOT
 
     path = tmp_path / "frac.yaml"
     path.write_text("base: h100\nhbm_bandwidth_gb_per_s: 3350.123456789\nlaunch_overhead_us: 1.23456789\n"
@@ -98,3 +102,14 @@ def test_a_profile_with_many_decimals_still_gets_a_proven_plan(tmp_path):
     assert hw.launch_bytes.denominator <= 1000
     plan = partition(load_graph(ROOT / "graphs" / "layernorm_f16.yaml"), "ilp", hw)
     assert plan.solver.status == "OPTIMAL" and plan.solver.gap == 0.0
+
+
+def test_the_largest_profile_numbers_still_price_every_plan(tmp_path):
+    """At the largest value a profile may give, every total still fits a float."""
+    from partitioner import load_graph, partition
+    path = tmp_path / "p.yaml"
+    path.write_text("base: h100\nhbm_pj_per_byte: 1.0e+15\nsram_pj_per_byte: 1.0e+15\ntensor_pj_per_flop: 1.0e+15\n"
+                    "sources: {hbm_pj_per_byte: x, sram_pj_per_byte: x, tensor_pj_per_flop: x}\n")
+    graph = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
+    for strategy in ("none", "greedy"):
+        assert math.isfinite(partition(graph, strategy, str(path), objective="energy").cost.energy_uj)
