@@ -169,6 +169,11 @@ class GroupCost:
     def bytes(self) -> int:
         return self.bytes_read + self.bytes_written
 
+    def value(self, objective: str) -> float:
+        """The group's cost under ``objective`` (``OBJECTIVES``) in its display unit
+        (``UNITS``): modelled microseconds, or microjoules for ``energy``."""
+        return {"time": self.modeled_time_us, "traffic": self.traffic_time_us, "energy": self.energy_uj}[objective]
+
 
 @dataclass(frozen=True)
 class AttentionTiling:

@@ -8,8 +8,9 @@ For each plan, the answer is one of:
   and for a budget the estimate and the limit);
 * ``cycle``: that group is legal, but with the plan's other groups it would close a
   cycle between kernels (``plan.cycle``);
-* ``not cheaper`` / ``cheaper``: the plan with that group instead costs Δ µs more
-  (the plan's choice) or less (a merge the strategy did not make), modelled.
+* ``not cheaper`` / ``cheaper``: the plan with that group instead costs more (the
+  plan's choice) or less (a merge the strategy did not make) under the plan's own
+  objective: modelled µs of time or traffic, or µJ of energy.
 
 The smallest group holding both is the union of their two groups and of every
 group on a path between them (a group must be convex), with the views between
@@ -21,7 +22,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from .cost import group_cost
+from .cost import UNITS, group_cost
 from .errors import GraphError, IllegalPlan
 from .group import Group
 from .legality import check_acyclic, decide, holders
@@ -38,8 +39,10 @@ class Explanation:
         groups: the plan's group index of each op (launch order).
         reason: the rule's code for ``illegal`` and ``cycle``, else ``None``.
         message: one line saying why.
-        delta_us: for ``not cheaper``/``cheaper``, the modelled time the merged plan
-            adds (positive) or saves (negative), microseconds.
+        delta: for ``not cheaper``/``cheaper``, what the merged plan adds (positive)
+            or saves (negative) under the plan's objective, modelled, in ``unit``
+            (``cost.UNITS``: microseconds, or microjoules for ``energy``).
+        unit: ``delta``'s unit.
         used, limit: for a budget, the estimate and the limit it exceeds.
     """
 
@@ -48,7 +51,8 @@ class Explanation:
     groups: tuple[int, int]
     reason: str | None = None
     message: str = ""
-    delta_us: float | None = None
+    delta: float | None = None
+    unit: str | None = None
     used: int | None = None
     limit: int | None = None
 
@@ -76,7 +80,8 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     -------
     Explanation
         ``together``; ``illegal`` with a legality code (a budget with its numbers);
-        ``cycle``; or ``not cheaper``/``cheaper`` with the modelled delta in microseconds.
+        ``cycle``; or ``not cheaper``/``cheaper`` with the modelled delta under the
+        plan's objective.
 
     Raises
     ------
@@ -93,8 +98,8 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     >>> e.verdict, e.reason
     ('illegal', 'contraction.multiple')
     >>> e = explain(partitioner.partition(plan.graph, "none"), "h", "a")
-    >>> e.verdict, round(e.delta_us, 2)
-    ('cheaper', -41.06)
+    >>> e.verdict, round(e.delta, 2), e.unit
+    ('cheaper', -41.06, 'us')
     """
     g = plan.graph
     for name in (a, b):
@@ -123,14 +128,16 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
         check_acyclic(g, [*rest, merged])
     except IllegalPlan as error:
         return Explanation(plan.strategy, "cycle", (ka, kb), error.reason, error.message)
-    delta = group_cost(merged, plan.hardware, plan.max_ops).modeled_time_us - sum(
-        plan.cost.groups[k].modeled_time_us for k in merged_ids)
+    objective, unit = plan.objective, UNITS[plan.objective]
+    delta = group_cost(merged, plan.hardware, plan.max_ops).value(objective) - sum(
+        plan.cost.groups[k].value(objective) for k in merged_ids)
     if delta >= 0:
         return Explanation(plan.strategy, "not cheaper", (ka, kb),
-                           message=f"legal but not cheaper: +{delta:,.2f} us modelled", delta_us=delta)
+                           message=f"legal but not cheaper: +{delta:,.2f} {unit} modelled ({objective})",
+                           delta=delta, unit=unit)
     return Explanation(plan.strategy, "cheaper", (ka, kb),
-                       message=f"legal and {-delta:,.2f} us cheaper (modelled): {plan.strategy} did not merge them",
-                       delta_us=delta)
+                       message=f"legal and {-delta:,.2f} {unit} cheaper (modelled {objective}): {plan.strategy} "
+                               f"did not merge them", delta=delta, unit=unit)
 
 
 def _union(groups: list[Group], ids) -> int:

@@ -78,7 +78,7 @@ class PlanCost:
     def value(self, objective: str) -> float:
         """The plan's total under ``objective`` (``cost.OBJECTIVES``), in its display
         unit: modelled microseconds, or microjoules for ``energy``."""
-        return {"time": self.modeled_time_us, "traffic": self.traffic_time_us, "energy": self.energy_uj}[objective]
+        return sum(g.value(objective) for g in self.groups)
 
 
 def _launch_order(graph: Graph, groups: list[Group]) -> list[Group]:

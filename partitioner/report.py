@@ -334,6 +334,6 @@ def explain_text(explanations: list, a: str, b: str, width: int = PIPED_WIDTH) -
     for e in explanations:
         groups = f"{e.groups[0]}" if e.groups[0] == e.groups[1] else f"{e.groups[0]}, {e.groups[1]}"
         rows.append([e.strategy, e.verdict, groups, f"[{e.reason}] {e.message}" if e.reason else e.message])
-    title = f"Do '{a}' and '{b}' share a kernel? (times {_MODELLED})"
+    title = f"Do '{a}' and '{b}' share a kernel? (costs {_MODELLED})"
     return table_text(title, [(["strategy", "verdict", "groups", "why"], rows)], {"why"}, width,
                       {"strategy", "verdict"})
