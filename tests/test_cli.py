@@ -209,12 +209,12 @@ def test_sizes_beyond_the_exact_cost_arithmetic_exit_2_in_one_line(capsys, tmp_p
         {"name": "y", "op": "exp", "inputs": ["b"]}]}))
     assert cli.main([str(graph)]) == 2
     assert "op 'b': float32[549755813888, 4] is 8.8e+12 bytes" in _one_line(capsys)
-    # tensors within the limit, but a profile whose launch costs 10^10 s in bytes, on a
-    # graph whose best heuristic plan the structural bound cannot prove (the solver
-    # runs): its costs sum to 2^79, 2^71 in their common unit (256)
+    # tensors within the limit, but a profile whose launch costs 10^9 s (the largest
+    # number a profile may give), on a graph whose best heuristic plan the structural
+    # bound cannot prove (the solver runs): its costs sum to past 2^62
     graph.write_text(json.dumps(NEEDS_THE_SOLVER))
     profile = tmp_path / "slow.yaml"
-    profile.write_text("base: h100\nname: slow\nlaunch_overhead_us: 1.0e+16\nsources: {launch_overhead_us: test}\n")
+    profile.write_text("base: h100\nname: slow\nlaunch_overhead_us: 1.0e+15\nsources: {launch_overhead_us: test}\n")
     assert cli.main([str(graph), "--hardware", str(profile)]) == 2
     err = _one_line(capsys)
     assert f"{graph}: the exact integer objective over" in err and "--strategy greedy" in err
