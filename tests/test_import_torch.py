@@ -374,6 +374,13 @@ FACTORY = textwrap.dedent("""
 
     def broken():
         raise RuntimeError("no such checkpoint")
+
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x - 1
+
+    def dynamic():
+        return Branchy(), (torch.randn(4, 8),)
 """)
 
 
@@ -410,6 +417,8 @@ def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys, monkeypatch
     ("no_such_package.models:make", "cannot load the factory (ModuleNotFoundError"),
     ("{tmp}/absent.py:make", "absent.py: no such file"),
     ("{tmp}/absent.pt2", "absent.pt2: no such file"),
+    # torch printed the traced graph on stderr first, a page of it
+    ("{module}:dynamic", "torch.export failed: GuardOnDataDependentSymNode"),
 ])
 def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source, message):
     module = tmp_path / "models.py"

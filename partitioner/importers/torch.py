@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import logging
 import math
 import operator
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -154,11 +157,20 @@ def lower(program: ExportedProgram) -> ExportedProgram:
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence torch's own deprecation notice about its pytree internals, which says
-    nothing about the user's model."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        yield
+    """Silence torch's own deprecation notice about its pytree internals and its
+    logging (both about torch, not the user's model), and hold back what it prints
+    on stderr until the body succeeds: a failed export dumps the traced graph there,
+    a page before the one-line error the caller raises, which says what failed."""
+    torch_log = logging.getLogger("torch")
+    level, printed = torch_log.level, io.StringIO()
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(printed):
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        torch_log.setLevel(level)
+    sys.stderr.write(printed.getvalue())  # only after success: the warnings about the model
 
 
 def load(source: ExportedProgram | torch.nn.Module, example_inputs=None, name: str | None = None,
