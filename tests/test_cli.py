@@ -218,6 +218,7 @@ def test_sizes_beyond_the_exact_cost_arithmetic_exit_2_in_one_line(capsys, tmp_p
     assert cli.main([str(graph), "--hardware", str(profile)]) == 2
     err = _one_line(capsys)
     assert f"{graph}: the exact integer objective over" in err and "--strategy greedy" in err
+    assert "hardware profile 'slow'" in err
     assert cli.main([str(graph), "--hardware", str(profile), "--strategy", "greedy"]) == 0
 
 

@@ -304,7 +304,7 @@ def _compute_masks(graph: Graph, groups: list[list[str]]) -> list[int]:
     return [m for m in masks if m]
 
 
-def _objective_unit(graph: Graph, costs: list[int]) -> int:
+def _objective_unit(graph: Graph, hw: Hardware, costs: list[int]) -> int:
     """The largest whole number every cost of one model is a multiple of, which CP-SAT
     sums costs in (exact: the same argmin, the bound times it). Energies are in
     femtojoules, and the built-in profiles' are multiples of 50 (h100: 31,200 a HBM
@@ -322,8 +322,9 @@ def _objective_unit(graph: Graph, costs: list[int]) -> int:
     if total >= OBJECTIVE_LIMIT:
         raise SizeError(f"{graph.path or graph.name}: the exact integer objective over {len(costs):,} candidate "
                         f"groups sums to at least 2^{total.bit_length() - 1}, past the solver's limit of 2^62: the "
-                        "tensor bytes and the profile's launch cost (or its energies, under --objective energy) are "
-                        "too large for the exact ilp; plan with a heuristic (--strategy greedy)")
+                        f"tensor bytes and the launch cost of hardware profile '{hw.name}' (or its energies, under "
+                        "--objective energy) are too large for the exact ilp; plan with a heuristic (--strategy "
+                        "greedy)")
     return unit
 
 
@@ -556,7 +557,7 @@ class _Solver:
         for cut in part.cuts:
             model.add(sum(model.get_bool_var_from_proto_index(position[k]) for k in cut) <= len(cut) - 1)
         costs = [self.costs[k] for k in part.members]
-        unit = _objective_unit(self.graph, costs)
+        unit = _objective_unit(self.graph, self.hw, costs)
         proto.objective.vars.extend(range(n))
         proto.objective.coeffs.extend(c // unit for c in costs)
         if self.use_hint:
