@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--out is the directory of --emit: add --emit cuda")
     if not args.run and (args.emulate or args.backend != "numpy" or args.seed != 0):
         parser.error("--backend, --emulate and --seed apply to --run: add --run")
+    if args.draw == "":
+        parser.error("--draw needs a file name (.svg, .png or .dot)")
     if args.draw_view != "auto" and not args.draw:
         parser.error("--draw-view applies to --draw: add --draw FILE")
     if args.arch != "sm_90" and not args.compile:

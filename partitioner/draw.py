@@ -96,11 +96,12 @@ def to_dot(plan: Plan, view: str = "auto"):
     g = plan.graph
     kernels = resolve_view(plan, view) == "kernels"
     what = f"one node per kernel ({len(g.ops)} ops)" if kernels else "ops in their kernels"
-    dot = graphviz.Digraph(name=g.name, graph_attr={
+    # the graph's and the profile's names are free text: a backslash in them is no escape
+    title = graphviz.escape(f"{g.name}: {plan.strategy} plan on {plan.hardware.name}, {plan.cost.launches} kernels, "
+                            f"{plan.cost.modeled_time_us:,.1f} us modelled; {what}")
+    dot = graphviz.Digraph(name=graphviz.escape(g.name), graph_attr={
         "rankdir": "TB", "fontname": "Helvetica", "fontsize": "12", "nodesep": "0.15",
-        "ranksep": "0.3", "label": f"{g.name}: {plan.strategy} plan on {plan.hardware.name}, "
-                                   f"{plan.cost.launches} kernels, {plan.cost.modeled_time_us:,.1f} us modelled; "
-                                   f"{what}",
+        "ranksep": "0.3", "label": title,
         "labelloc": "t",
         # Graphviz 2.43 switches newrank on whenever the attribute is present, whatever its value
         **({} if len(g.ops) > LARGE_GRAPH_OPS or kernels else {"newrank": "true"})},

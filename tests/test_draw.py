@@ -122,3 +122,19 @@ def test_the_kernel_view_of_gpt2_is_a_picture_a_screen_can_hold(tmp_path):
     width, height = struct.unpack(">II", out.read_bytes()[16:24])
     assert height < 3000 and width < 2000  # the op view was 1145 x 12148 px
 
+
+
+def test_free_text_names_draw_and_an_empty_draw_path_is_refused(tmp_path, capsys):
+    """A graph named ``abc\\`` gave a .dot file dot could not read (the backslash
+    escaped the closing quote), and ``--draw ""`` was ignored without a word."""
+    graph = tmp_path / "bs.yaml"
+    graph.write_text("format: 1\nname: 'abc\\'\ninputs: [{name: x, shape: [4, 6]}]\n"
+                     "ops: [{name: y, op: exp, inputs: [x]}]\noutputs: [y]\n")
+    source = to_dot(partition(load_graph(graph), "ilp")).source
+    assert source.startswith('digraph "abc\\\\" {') and 'label="abc\\\\: ilp plan' in source
+    if shutil.which("dot"):
+        assert cli.main([str(graph), "--draw", str(tmp_path / "bs.svg")]) == 0
+        ET.parse(tmp_path / "bs.svg")
+    with pytest.raises(SystemExit) as info:
+        cli.main([str(graph), "--draw", ""])
+    assert info.value.code == 2 and "--draw needs a file name" in capsys.readouterr().err
