@@ -179,6 +179,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.emit or args.compile:
         backend = load_backend(args.emit or "cuda", arch=args.arch)
         rendered = backend.render(plan)
+        # compiled before --emit writes anything: nvcc may reject the kernels or the arch
+        built = backend.build(rendered) if args.compile else None
         if args.emit:
             emitted = backend.emit(rendered, args.out)
             data["emitted"] = {"dir": args.out, "files": [f.name for f in emitted.files],
@@ -186,7 +188,7 @@ def _run(args: argparse.Namespace) -> int:
             text.append(f"emitted   {emitted.kernels} kernel(s) and a manifest to {args.out}"
                         f"{_no_kernel_summary(emitted.no_kernel)}\n")
         if args.compile:
-            rows = backend.resources(backend.build(rendered))
+            rows = backend.resources(built)
             data["kernels"] = rows
             text.append(resource_table(rows, width))
             text.append(f"compiled  {len(rows)} kernel(s){_no_kernel_summary(rendered.skipped)}\n")

@@ -383,3 +383,14 @@ def test_emit_never_writes_through_a_symbolic_link(tmp_path):
     with pytest.raises(EmitError, match=f"{kernel} is a symbolic link"):
         write(rendered, tmp_path / "c")
     assert not (tmp_path / "elsewhere.cu").exists()
+
+
+@needs_nvcc
+def test_a_rejected_arch_leaves_the_earlier_emit_as_it_was(tmp_path, capsys):
+    """`--emit --compile --arch sm_50`: nvcc refuses the arch (one line, exit 2), and the
+    emit directory keeps its earlier manifest; it was rewritten for sm_50 first."""
+    graph, out = str(ROOT / "graphs" / "mlp_gelu_f16.yaml"), tmp_path / "k"
+    assert cli.main([graph, "--emit", "cuda", "--out", str(out)]) == 0
+    before = (out / "manifest.json").read_text()
+    assert cli.main([graph, "--emit", "cuda", "--out", str(out), "--compile", "--arch", "sm_50"]) == 2
+    assert "sm_50" in capsys.readouterr().err and (out / "manifest.json").read_text() == before
