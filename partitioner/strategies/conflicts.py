@@ -140,14 +140,14 @@ class Conflicts:
         written = self.must_write(hull)
         contractions = hull & self.contractions
         if contractions & self.siblings:
-            prologue = self.prologue(contractions)
+            prologue = self.ancestors(contractions)
             written = {name for name in written if prologue >> self.g.index[name] & 1}
         return written
 
-    def prologue(self, contractions: int) -> int:
-        """The ops some of ``contractions`` depend on (their ancestors)."""
+    def ancestors(self, mask: int) -> int:
+        """The ops some op of ``mask`` depends on (of contractions: their prologue)."""
         found = 0
-        for c in bits(contractions):
+        for c in bits(mask):
             found |= self.g.ancestors_mask[c]
         return found
 
@@ -160,7 +160,7 @@ class Conflicts:
         g = self.g
         members = hull & g.compute_mask & ~self.recomputable
         if hull & self.contractions & self.siblings:
-            members &= self.prologue(hull & self.contractions)
+            members &= self.ancestors(hull & self.contractions)
         forced = 0
         for m in bits(members):
             outside = g.readers_of[m] & ~hull
@@ -280,18 +280,13 @@ def cut_writes(tests: Conflicts, ops: list[int]) -> dict[int, int]:
     g = tests.g
     weight = [0 if tests.recomputable >> i & 1 or g.writes_out[i] else g.ops[name].out.nbytes
               for i, name in enumerate(g.order)]
-    members = 0
-    for u in ops:
-        members |= 1 << u
+    members = sum(1 << u for u in ops)
     cuts = {}
     for u in ops:
         targets = later = g.descendants_mask[u] & members
         for v in bits(later):
             targets &= ~g.descendants_mask[v]
-        reach = 0
-        for v in bits(targets):
-            reach |= g.ancestors_mask[v]
-        region = g.descendants_mask[u] & reach & g.compute_mask & ~targets
+        region = g.descendants_mask[u] & tests.ancestors(targets) & g.compute_mask & ~targets
         cuts[u] = _vertex_cut(g, u, region, targets, weight) if targets else 0
     return cuts
 
