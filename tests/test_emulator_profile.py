@@ -22,7 +22,7 @@ from backends.cuda.emulate import run as run_emulated
 from backends.cuda.emulate import run_profiled
 from backends.cuda.kernels.probe import c_integer, contiguous_runs
 from backends.cuda.render import render
-from backends.cuda.sampled import check_written, sample
+from backends.cuda.sampled import FILLS, check_written, sample
 from partitioner import partition
 from partitioner.cli import main
 from partitioner.cost import window_rows
@@ -600,13 +600,33 @@ def test_a_sample_is_the_first_last_and_evenly_spaced_blocks():
 
 def test_only_the_elements_a_sample_wrote_are_checked():
     g, plan = _kernels()
-    got = np.frombuffer(b"\xff" * 2 * 64 * 64, dtype=np.float16).reshape(64, 64).copy()  # nothing written
+    runs = [np.frombuffer(bytes([fill]) * 2 * 64 * 64, dtype=np.float16).reshape(64, 64).copy()
+            for fill in FILLS]  # nothing written
     want = np.ones((64, 64), dtype=np.float16)
-    got[3, 5] = 1.0
-    assert check_written(plan, "add", got, want)[0] == 1 and check_written(plan, "add", got, want)[1].ok
-    got[7, 0] = 1.5  # a wrong element
-    checked, check = check_written(plan, "add", got, want)
+    for run in runs:
+        run[3, 5] = 1.0
+    assert check_written(plan, "add", runs, want)[0] == 1 and check_written(plan, "add", runs, want)[1].ok
+    for run in runs:
+        run[7, 0] = 1.5  # a wrong element
+    checked, check = check_written(plan, "add", runs, want)
     assert checked == 2 and not check.ok
+    runs[1][0, 0] = 2.0  # wrong in one run only: the kernel reads what it has not written
+    assert not check_written(plan, "add", runs, np.where(np.arange(64) == 7, 1.5, want).astype(np.float16))[1].ok
+
+
+@pytest.mark.parametrize("dtype, value", [("int8", -1), ("int32", -1), ("float32", 0)])
+def test_a_value_written_as_a_fill_is_still_checked(dtype, value):
+    """An output whose every element is all 0xFF bytes (an integer -1) or all 0x00
+    bytes: each run's fill hides it in that run only, so every element a sampled
+    block wrote is checked (an all -1 output was taken as unwritten, and failed)."""
+    g = make_graph({"x": [4, 4096]}, [op("z", "sub", ["x", "x"]), op("c", "cast", ["z"], dtype=dtype),
+                                      op("y", "add", ["c", value])], ["y"], dtype=dtype)
+    plan = partition(g, "ilp")
+    backend = CudaBackend(emulate=True, profile=True)
+    (every,) = backend.check_sampled(plan, 0, 10**6)
+    assert every.ok and every.checked == every.elements == 4 * 4096
+    (some,) = backend.check_sampled(plan, 0, 1)
+    assert some.ok and 0 < some.checked < some.elements and some.grid_blocks > 1
 
 
 def test_kernels_run_alone_on_sampled_blocks_and_count_them(counted):

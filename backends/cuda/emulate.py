@@ -222,7 +222,7 @@ def _execute(rendered: Rendered, storages: dict[str, np.ndarray],
 
 
 def run_alone(rendered: Rendered, launch: int, storages: dict[str, np.ndarray],
-              blocks: list[int]) -> tuple[dict[str, np.ndarray], KernelCounters]:
+              blocks: list[int], fill: int) -> tuple[dict[str, np.ndarray], KernelCounters]:
     """Run kernel number ``launch`` of ``rendered`` alone, on some of its blocks, counting.
 
     Parameters
@@ -235,11 +235,13 @@ def run_alone(rendered: Rendered, launch: int, storages: dict[str, np.ndarray],
         Values of every storage the kernel reads (those earlier kernels write too).
     blocks : list of int
         Linear indices of the blocks to run (x fastest); empty: every block.
+    fill : int
+        The byte (0 to 255) every storage the kernel writes starts as.
 
     Returns
     -------
     tuple
-        Every storage the kernel writes, by name, holding ``0xFF`` bytes wherever
+        Every storage the kernel writes, by name, holding ``fill`` bytes wherever
         its blocks wrote nothing; and its :class:`KernelCounters`.
 
     Raises
@@ -252,7 +254,7 @@ def run_alone(rendered: Rendered, launch: int, storages: dict[str, np.ndarray],
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         _write(rendered, work, [a["tensor"] for a in kernel.args if a["role"] == "in"], storages)
-        _execute_binary(binary, work, str(launch), *map(str, blocks))
+        _execute_binary(binary, work, str(launch), str(fill), *map(str, blocks))
         out = {a["tensor"]: _read(rendered, work, a["tensor"]) for a in kernel.args if a["role"] == "out"}
         (counted,) = parse((work / COUNTERS_FILE).read_text(), [kernel], first_lines(rendered))
     return out, counted

@@ -3,11 +3,12 @@ blocks (``--profile``; ``docs/backends.md``, *Counters*).
 
 Kernel *i* runs by itself on the NumPy reference's values of every storage it reads,
 so no kernel waits for the partial outputs of another. Only a sample of its blocks
-runs: the first, the last and others evenly spaced between (:func:`sample`). The
-storages it writes start as ``0xFF`` bytes; the elements no longer all ``0xFF`` are
-those its blocks wrote, and they are checked against the reference under the
-tolerance ``--run`` applies (an element written with exactly those bytes, a NaN with
-every payload bit set or an integer -1, is taken as unwritten and not checked).
+runs: the first, the last and others evenly spaced between (:func:`sample`). It runs
+twice, the storages it writes starting as ``0xFF`` bytes and then as ``0x00`` bytes
+(``FILLS``); the elements that differ from the fill in either run are those its blocks
+wrote (no value is both all ``0xFF`` and all ``0x00`` bytes), and they are checked
+against the reference under the tolerance ``--run`` applies, in each run that shows
+them.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ SAMPLE_BLOCKS = 8
 #: their FLOP, every lane computing the warp's whole tile) and bytes moved.
 WHOLE_FLOPS = 2**30
 WHOLE_BYTES = 2**27
-#: What a kernel's outputs hold where its blocks wrote nothing.
-POISON = 0xFF
+#: What a kernel's outputs hold where its blocks wrote nothing, one byte per run: a
+#: value written as all ``0xFF`` bytes (a NaN, an integer -1) shows in the second.
+FILLS = (0xFF, 0x00)
 
 
 def emulated_whole(plan: Plan) -> bool:
@@ -133,7 +135,7 @@ def reference_storages(plan: Plan, rendered: Rendered, seed: int) -> dict[str, n
         raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
 
 
-def check_written(plan: Plan, name: str, got: np.ndarray, want: np.ndarray) -> tuple[int, OutputCheck]:
+def check_written(plan: Plan, name: str, runs: list[np.ndarray], want: np.ndarray) -> tuple[int, OutputCheck]:
     """Check the elements of storage ``name`` a sample wrote against the reference.
 
     Parameters
@@ -142,21 +144,29 @@ def check_written(plan: Plan, name: str, got: np.ndarray, want: np.ndarray) -> t
         The plan (for the tolerance: ``tolerance_dtype``, ``accumulated_terms``).
     name : str
         The storage.
-    got : numpy.ndarray
-        What the kernel left: ``POISON`` bytes wherever it wrote nothing.
+    runs : list of numpy.ndarray
+        What the kernel left in each run, one per byte of ``FILLS``: that byte
+        wherever it wrote nothing.
     want : numpy.ndarray
         The reference's value, same shape.
 
     Returns
     -------
     tuple
-        The number of elements checked (those not all ``POISON`` bytes) and their
-        :class:`~backends.check.OutputCheck`.
+        The number of elements written (those differing from the fill in some run)
+        and the :class:`~backends.check.OutputCheck` of every written element of
+        every run that shows it.
     """
     g = plan.graph
-    flat = np.ascontiguousarray(got).reshape(-1)
-    written = ~np.all(flat.view(np.uint8).reshape(flat.size, -1) == POISON, axis=1) if flat.size else flat.astype(bool)
-    check = compare(name, tolerance_dtype(g, name), flat[written], np.asarray(want).reshape(-1)[written],
+    want = np.asarray(want).reshape(-1)
+    got, wanted, written = [], [], np.zeros(want.size, dtype=bool)
+    for fill, left in zip(FILLS, runs, strict=True):
+        flat = np.ascontiguousarray(left).reshape(-1)
+        shown = ~np.all(flat.view(np.uint8).reshape(flat.size, -1) == fill, axis=1) if flat.size else written
+        got.append(flat[shown])
+        wanted.append(want[shown])
+        written |= shown
+    check = compare(name, tolerance_dtype(g, name), np.concatenate(got), np.concatenate(wanted),
                     accumulated_terms(g, name))
     return int(written.sum()), check
 
@@ -166,7 +176,8 @@ def check_sampled(plan: Plan, rendered: Rendered, seed: int,
     """Run every kernel alone on sampled blocks, counting, and check what it wrote.
 
     Each kernel reads the reference's values and runs ``blocks`` of its blocks
-    (:func:`sample`); the elements they wrote are checked against the reference.
+    (:func:`sample`), once per byte of ``FILLS``; the elements they wrote are
+    checked against the reference, and counted on the first run.
 
     Parameters
     ----------
@@ -195,10 +206,11 @@ def check_sampled(plan: Plan, rendered: Rendered, seed: int,
     for launch, kernel in enumerate(rendered.kernels):
         grid_blocks = math.prod(kernel.grid)
         chosen = sample(grid_blocks, blocks)
-        out, counters = run_alone(rendered, launch, reference, chosen)
+        (out, counters), *others = [run_alone(rendered, launch, reference, chosen, fill) for fill in FILLS]
         counted.append(counters)
         for name, got in out.items():
-            checked, check = check_written(plan, name, got, reference[name])
+            runs = [got, *(other[name] for other, _ in others)]
+            checked, check = check_written(plan, name, runs, reference[name])
             checks.append(SampledCheck(kernel.index, kernel.kind, len(chosen), grid_blocks, got.size, checked, check))
     return checks, counted
 
