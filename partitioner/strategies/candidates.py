@@ -219,6 +219,10 @@ class _Search:
         self.leaking: dict[tuple[int, int], bool] = {}
         self.leak_masks: dict[int, tuple[int, int]] = {}  # element count -> ops that leak it, ops that do not
         self.recomputable = graph.recomputable_mask if recompute else 0
+        # the same as sets of op positions: a job's structure asks per op of its region,
+        # and shifting a bitset as wide as the graph per op made that quadratic
+        self.recomputable_ops = frozenset(bits(self.recomputable))
+        self.recomputed_with_producers = frozenset(bits(self.recomputable & graph.input_derived_mask))
         # a member's descendants as a branch's hull counts them: a recomputable one's
         # outside readers may recompute it, so only its views (Graph.convex_hull);
         # each variant that writes it is checked against its full hull (emit)
@@ -236,6 +240,7 @@ class _Search:
         # a closure but not it is not a candidate when taking it in costs less than a
         # launch (cost.prologue_excess) and is legal (_Search.dominated)
         self.prologues = input_prologues(graph) if kind in FREE_PROLOGUE_OBJECTIVES and not recompute else 0
+        self.prologue_ops = frozenset(bits(self.prologues))
         self.launch = hw.launch_bytes.numerator  # one launch, in objective units
         self.within_launch: dict[tuple, bool] = {}  # (input prologues, their FLOP) -> their excess <= a launch
         self.feeding: dict[int, int] = {}
@@ -539,14 +544,30 @@ class _Search:
         of the anchor with the op breaks a hereditary rule, so every state's would.
         They leave the job's universe for good (tested once per op and job, not per
         state: a tensor every layer reads has readers in every layer, of which only
-        the nearest can share a group)."""
+        the nearest can share a group). Without recomputation, the hull of the seed
+        with a descendant of both the seed and ``w`` holds the hull with ``w`` (and
+        so with an ancestor of both), so when ``w`` below (above) the seed fails, its
+        descendants (ancestors) leave untested: the far layers' readers then cost a
+        test or two per job, not one each."""
         untried = ops & job.universe & ~job.tried
         if untried:
             job.tried |= untried
             seed, below, above = job.seed
-            for w in bits(untried):
+            up = untried & above  # nearest first: from the seed up, then down from it
+            untried ^= up
+            while up or untried:
+                w = up.bit_length() - 1 if up else (untried & -untried).bit_length() - 1
                 if not self.viable(self.hull_with(seed, below, above, w)):
-                    job.universe &= ~(1 << w)
+                    dead = 1 << w
+                    if not self.recomputable:
+                        dead |= self.graph.ancestors_mask[w] if up else self.below[w] if below >> w & 1 else 0
+                    job.universe &= ~dead
+                    up ^= up & dead
+                    untried ^= untried & dead
+                elif up:
+                    up ^= 1 << w
+                else:
+                    untried ^= 1 << w
         return ops & job.universe
 
     def reach(self, job: _Job) -> int:
@@ -623,7 +644,6 @@ class _Search:
         region = bits(hull)
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
-        derived = g.input_derived_mask
         outside: dict[str, int] = {}
         ops = []
         for i in region:
@@ -636,8 +656,8 @@ class _Search:
             role = (i in seeds) + 2 * (i in reached)
             near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
-                        near, self._reentry(i, hull, position), self.recomputable >> i & 1 and derived >> i & 1,
-                        i in self.free, self.prologues >> i & 1))
+                        near, self._reentry(i, hull, position), i in self.recomputed_with_producers,
+                        i in self.free, i in self.prologue_ops))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
 
@@ -646,7 +666,7 @@ class _Search:
         path leaving the region at ``i`` reaches (a group that writes ``i`` cannot
         hold them); ``None`` for another op: every path that leaves the region
         leaves it at a recomputable op (the region is convex but for their paths)."""
-        if not self.recomputable >> i & 1:
+        if i not in self.recomputable_ops:
             return None
         g = self.graph
         reached = 0

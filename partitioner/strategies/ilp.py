@@ -158,12 +158,12 @@ def structural_bound(graph: Graph, hw: Hardware, max_ops: int, kind: str = "time
     split_bytes = outputs = 0
     recomputable = g.recomputable_mask if recompute else 0
     tests = Conflicts(g, max_ops, recompute)
+    # a reader of an empty result may sit in a group that reads nothing, and a
+    # reader's group may recompute a recomputable value instead of reading it
+    able = set(bits(g.nonempty_mask & ~recomputable))  # a set: a graph-wide shift per op is quadratic
     for name in g.names(g.compute_mask):
         i, size = g.index[name], g.ops[name].out.nbytes
-        # a reader of an empty result may sit in a group that reads nothing, and a
-        # reader's group may recompute a recomputable value instead of reading it
-        able = (g.nonempty_mask & ~recomputable) >> i & 1
-        readers = g.storage_readers.get(name, 0) & g.nonempty_mask if able else 0
+        readers = g.storage_readers.get(name, 0) & g.nonempty_mask if i in able else 0
         split = any(tests.conflict(i, g.index[r]) for r in g.names(readers))
         outputs += size * (name in g.output_storages)
         split_bytes += size * int(name in g.output_storages or split) + g.least_touched(name, readers) * int(split)
@@ -636,7 +636,7 @@ class _WarmStart:
     def singletons(self, masks: list[int], costs: list[int], recomputed: list[int]) -> bool:
         """Starts from one group per compute op, if each is a candidate of ``masks``
         (that recomputes nothing)."""
-        cost = {m: c for m, c, r in zip(masks, costs, recomputed) if m & (m - 1) == 0 and not r}
+        cost = {m: c for m, c, r in zip(masks, costs, recomputed) if m.bit_count() == 1 and not r}
         alone = [1 << i for i in bits(self.graph.compute_mask)]
         if not all(m in cost for m in alone):
             return False
@@ -753,14 +753,17 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
     every scenario of recomputation (:func:`scenarios`): in each, the exact cover of
     the ops it does not recompute by the candidates it allows, from the warm start
     (scenario none) or from nothing, with cycle cuts (module docstring)."""
-    position = {(mask, r): k for k, (mask, r) in enumerate(zip(masks, recomputed))}
+    # only the warm start's groups are looked up: a candidate whose last op ends none
+    # of them is passed over before its bitset, as wide as the graph, is hashed
+    ends = {mask.bit_length() for mask in (*warm.priced, *warm.masks)}
+    position = {mask: k for k, (mask, r) in enumerate(zip(masks, recomputed)) if mask.bit_length() in ends and not r}
     for mask, cost in warm.priced.items():
-        if (mask, 0) not in position:
-            position[mask, 0] = len(masks)
+        if mask not in position:
+            position[mask] = len(masks)
             masks.append(mask)
             costs.append(cost)
             recomputed.append(0)
-    hint = {position[mask, 0] for mask in warm.masks}
+    hint = {position[mask] for mask in warm.masks}
     memo: dict[tuple, list[_Reusable]] = {}
     best: _Solved | None = None
     budget, bound, proven, stopped, totals = limit, math.inf, complete, False, [0, 0, 0, 0]
@@ -781,7 +784,8 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
                 bound, proven, stopped = 0, False, True  # it and those left are unsolved: no bound but the structure's
                 break
         solved_sets += 1
-        solved = _solve_scenario(graph, hw, kind, keep, [masks[k] & ~free for k in keep], costs, masks, recomputed,
+        covers = [masks[k] & ~free for k in keep] if free else [masks[k] for k in keep]
+        solved = _solve_scenario(graph, hw, kind, keep, covers, costs, masks, recomputed,
                                  hint if not free else set(), complete, budget, progress, start, memo)
         budget, bound, stopped = solved.budget, min(bound, solved.bound), stopped or solved.stopped
         proven &= solved.status == "OPTIMAL"
@@ -894,7 +898,7 @@ def _solve_scenario(graph: Graph, hw: Hardware, kind: str, keep: list[int], cove
                      start, memo, copies, reads)
     # a candidate that reads a recomputable op joins the part of its copies: one
     # decision (whether the op is written) binds them
-    linked = [c | r for c, r in zip(covers, reads)]
+    linked = [c | r for c, r in zip(covers, reads)] if any(reads) else covers
     parts = [_Part(sorted(members, key=lambda k: covers[k])) for members in overlap_components(linked)]
     best = sorted(sub_hint)
     best_cost = sum(sub_costs[k] for k in best) if sub_hint else math.inf
