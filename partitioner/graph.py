@@ -435,6 +435,27 @@ class Graph:
         return able | self.input_derived_mask
 
     @cached_property
+    def never_recomputed_mask(self) -> int:
+        """Bitset of the ops of :attr:`recomputable_mask` that no legal covering
+        recomputes: one with a reader that no group can hold while recomputing it
+        (that reader, the op and, for an op of :attr:`input_derived_mask`, its
+        producers back to the graph inputs break a hereditary rule: a gather of a
+        RoPE table by the position ids), since a recomputed op is never written, so
+        every group holding a reader of it holds it (``legality.check_covering``);
+        and each op of :attr:`input_derived_mask` below such an op of it, since a
+        group that recomputes one of those recomputes its producers too. Every plan
+        computes these once; candidate enumeration tries no copies of them."""
+        from .legality import hereditary_violation  # (legality reads graphs: imported when first needed)
+
+        derived, never = self.input_derived_mask, 0
+        for i in bits(self.recomputable_mask):
+            held = 1 << i | (self.ancestors_mask[i] & derived if derived >> i & 1 else 0)
+            if any(hereditary_violation(self, held | 1 << r, len(self.order)) is not None
+                   for r in bits(self.readers_of[i])):
+                never |= 1 << i | (self.descendants_mask[i] & derived if derived >> i & 1 else 0)
+        return never & self.recomputable_mask
+
+    @cached_property
     def input_derived_mask(self) -> int:
         """Bitset of the recomputable ops (:attr:`recomputable_mask`) whose value is a
         function of the graph inputs and literals alone (masks, position ids, RoPE

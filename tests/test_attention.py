@@ -294,6 +294,21 @@ def prologues_left_out(g, prologues: int, mask: int) -> int:
         out &= ~drop
 
 
+def usable_groups(graph, hw=H100):
+    """The :func:`legal_groups` with recomputation that some legal covering may
+    hold, by brute force: those whose every recomputed op has each reader outside
+    the group in a legal group that recomputes it too (a recomputed op is never
+    written, so the groups of its readers compute it: ``legality.check_covering``)."""
+    variants = list(legal_variants(graph, hw))
+    together = {}  # recomputed op -> the readers some legal group holds while recomputing it
+    for group in variants:
+        for i in bits(group.recomputed):
+            together[i] = together.get(i, 0) | group.compute_mask
+    g = graph
+    return {(group.compute_mask, frozenset(group.writes)) for group in variants
+            if all(not g.readers_of[i] & ~group.compute_mask & ~together[i] for i in bits(group.recomputed))}
+
+
 def needed_groups(graph, recompute=False, hw=H100, kind="time"):
     """What the enumeration of ``kind`` on ``hw`` must find under the time and
     traffic objectives: the :func:`legal_groups` less, without ``recompute``, each
@@ -312,7 +327,7 @@ def needed_groups(graph, recompute=False, hw=H100, kind="time"):
     below a launch), never fewer."""
     legal = legal_groups(graph, recompute)
     if recompute:
-        return legal
+        return usable_groups(graph)
     free = free_prologues(graph)
     prologues = input_prologues(graph)
     masks = {mask for mask, _ in legal}
@@ -340,9 +355,18 @@ def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
     it left out once (``Candidates.dominated``). Returns its groups."""
     pairs = found_groups(graph, found)
     legal = legal_groups(graph, recompute)
+    needed = needed_groups(graph, recompute)
     assert found.complete and len(pairs) == len(set(pairs))
-    assert needed_groups(graph, recompute) <= set(pairs) <= legal
-    assert found.dominated == len(legal) - len(pairs)
+    assert needed <= set(pairs) <= legal
+    untried = set()
+    if recompute:  # copies of ops no covering recomputes (Graph.never_recomputed_mask): neither tried nor counted
+        pair = {True: set(), False: set()}
+        for group in legal_variants(graph):
+            pair[bool(group.recomputed & graph.never_recomputed_mask)].add((group.compute_mask,
+                                                                             frozenset(group.writes)))
+        untried = pair[True] - pair[False]
+    assert not untried & needed
+    assert found.dominated == len(legal - untried) - len(pairs)
     return set(pairs)
 
 

@@ -16,6 +16,7 @@ from backends.numpy_backend import NumpyBackend
 from partitioner import IllegalPlan, evaluate, load_graph, partition
 from partitioner.cli import main
 from partitioner.cost import flops_once
+from partitioner.graph import Graph
 from partitioner.strategies import ilp
 
 from .conftest import ROOT, make_graph, op
@@ -224,3 +225,29 @@ def test_only_a_value_no_group_can_hold_with_its_readers_is_copied():
                                   op("s", "add", ["m", "q"])], ["s", "t"])
     assert apart.names(apart.recomputable_mask) == ["m"] and not apart.input_derived_mask
     assert not together.recomputable_mask and not between.recomputable_mask
+
+
+def test_a_table_a_gather_reads_is_never_recomputed_nor_what_is_computed_from_it(monkeypatch):
+    """Position ids a gather reads (as Llama's RoPE rows are gathered by position):
+    a recomputed op is never written, so the gather's group would have to compute
+    it, and no group holds a gather with another op; the ids are computed once, and
+    so is a table derived from them (recomputing it recomputes the ids). A table
+    whose readers are all pointwise stays recomputable. The plans with and without
+    the enumeration's shortcut are the brute force's (test_optimality); here, that
+    the shortcut holds these ops and no others, and that the plan costs what it
+    costs without it."""
+    ops = [op("ids", "add", ["pos", 1]), op("rows", "gather", ["emb", "ids"], axis=0),
+           op("rows_t", "transpose", ["rows"], perm=[1, 0]), op("real", "cast", ["ids"], dtype="float32"),
+           op("scaled", "mul", ["real", 2.0]), op("s1", "add", ["scaled", "x"]), op("s2", "mul", ["scaled", "x"]),
+           op("u", "add", ["rows_t", "s1"]), op("half", "mul", ["bias", 0.5]), op("h1", "add", ["u", "half"]),
+           op("h2", "mul", ["s2", "half"])]
+    g = make_graph({"pos": ([64], "int64"), "emb": [128, 32], "x": [32, 64], "bias": [64]}, ops, ["h1", "h2"])
+    assert set(g.names(g.input_derived_mask)) == {"ids", "real", "scaled", "half"}
+    assert g.names(g.never_recomputed_mask) == ["ids", "real", "scaled"]
+    plan = partition(g, "ilp", recompute=True)
+    monkeypatch.setattr(Graph, "never_recomputed_mask", property(lambda graph: 0))
+    every_copy = partition(make_graph({"pos": ([64], "int64"), "emb": [128, 32], "x": [32, 64], "bias": [64]}, ops,
+                                      ["h1", "h2"]), "ilp", recompute=True)
+    assert plan.solver.status == every_copy.solver.status == "OPTIMAL"
+    assert plan.cost.modeled_time_us == every_copy.cost.modeled_time_us
+    assert plan.solver.details["candidates"] < every_copy.solver.details["candidates"]

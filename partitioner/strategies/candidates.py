@@ -218,7 +218,8 @@ class _Search:
         self.first: dict[tuple, tuple[int, int, tuple[bool, int]] | None] = {}
         self.leaking: dict[tuple[int, int], bool] = {}
         self.leak_masks: dict[int, tuple[int, int]] = {}  # element count -> ops that leak it, ops that do not
-        self.recomputable = graph.recomputable_mask if recompute else 0
+        # copies of an op no legal covering recomputes would only be pruned one by one
+        self.recomputable = graph.recomputable_mask & ~graph.never_recomputed_mask if recompute else 0
         # the same as sets of op positions: a job's structure asks per op of its region,
         # and shifting a bitset as wide as the graph per op made that quadratic
         self.recomputable_ops = frozenset(bits(self.recomputable))
@@ -294,15 +295,22 @@ class _Search:
     def must_writes(self, mask: int, below: int, above: int, addable: int, known: int) -> int:
         """Members (a bitset) whose value every set of this branch writes: a graph
         output, or one read by an op the branch can no longer add, or whose hull with
-        the set breaks a hereditary rule; never a recomputable one, which the groups
-        of its outside readers may recompute. ``known`` are members already found so in
-        an enclosing branch: they stay so, since a sub-branch can add fewer ops and
-        its hulls are larger. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
+        the set breaks a hereditary rule; never a recomputable one that a set of the
+        branch may recompute, which the groups of its outside readers may recompute
+        too (one of the graph inputs alone is recomputed only with its compute
+        ancestors: ``variants``). ``known`` are members already found so in an
+        enclosing branch: they stay so, since a sub-branch can add fewer ops and its
+        hulls are larger. (``a ^ (a & b)`` is ``a & ~b`` without complementing a
         bitset as wide as the graph.)"""
-        readers_of, output = self.graph.readers_of, self.graph.writes_out
+        g = self.graph
+        readers_of, output = g.readers_of, g.writes_out
         keep = mask | addable
         out = known
-        for i in bits((mask ^ known) & ~self.recomputable):
+        copied = 0  # the members a set of this branch may recompute
+        for i in bits((mask ^ known) & self.recomputable):
+            if not g.input_derived_mask >> i & 1 or not g.ancestors_mask[i] & g.compute_mask & ~keep:
+                copied |= 1 << i
+        for i in bits((mask ^ known) & ~copied):
             readers = readers_of[i]
             if output[i] or readers ^ (readers & keep):
                 out |= 1 << i
