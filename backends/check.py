@@ -233,12 +233,20 @@ def run_and_check(plan: Plan, backend: Backend, seed: int = 0,
             for t in g.outputs]
 
 
+#: Bytes :func:`compare` holds per element of the output it compares: about nine
+#: float64 arrays at once (measured: a 100-million-element float32 output peaked at
+#: 6.96 GB of resident memory, 70 bytes an element, on this project's machine).
+COMPARE_BYTES_PER_ELEMENT = 72
+
+
 def memory_needed(plan: Plan) -> int:
     """Bytes a check holds at its peak, estimated op by op as the numpy backend runs
     the plan: the graph inputs, the storages written by earlier groups and read by
     this or a later one, the group's values still to be read, and each op's result
-    twice in its compute dtype (the result and NumPy's temporary). The reference,
-    which frees values one op at a time, needs no more."""
+    twice in its compute dtype (the result and NumPy's temporary), with the
+    reference's outputs held beside them; then the comparison, output by output
+    (:data:`COMPARE_BYTES_PER_ELEMENT`). The reference, which frees values one op
+    at a time, needs no more."""
     g = plan.graph
     groups = [p.group for p in plan.cost.groups]
     last = {}
@@ -260,7 +268,12 @@ def memory_needed(plan: Plan) -> int:
         live += sum(g.tensor(w).nbytes for w in group.writes)
         live -= sum(g.tensor(b).nbytes for b in group.reads if last[b] == k and b in g.ops
                     and b not in g.output_storages)
-    return peak
+    # the reference's outputs are held while the plan runs, then compared with the
+    # plan's one by one, each in float64 temporaries
+    outputs = [g.tensor(t) for t in g.outputs]
+    held = sum(t.nbytes for t in outputs)
+    compared = max((t.numel for t in outputs), default=0) * COMPARE_BYTES_PER_ELEMENT
+    return max(peak + held, inputs + 2 * held + compared)
 
 
 def _temporary_bytes(g: Graph, op) -> int:
@@ -270,8 +283,9 @@ def _temporary_bytes(g: Graph, op) -> int:
     out = op.out
     size = 2 * out.numel * max(itemsize(out.dtype), itemsize(compute_dtype(out.dtype)))
     if op.kind == "conv2d":
-        o, ci, kh, kw = g.tensor(op.inputs[1]).shape
-        size += out.numel // o * op.attrs["groups"] * ci * kh * kw * 4
+        _, ci, kh, kw = g.tensor(op.inputs[1]).shape
+        n, _, ho, wo = out.shape
+        size += n * ho * wo * op.attrs["groups"] * ci * kh * kw * 4
     return size
 
 
@@ -292,7 +306,14 @@ def _reference(g: Graph, inputs: dict[str, np.ndarray], keep: list[str]) -> dict
     try:
         return run_reference(g, inputs, keep=keep)  # only the live values: whole networks fit
     except ValueError as exc:
-        raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
+        raise BackendError(reference_failure(g, exc)) from None
+
+
+def reference_failure(g: Graph, exc: ValueError) -> str:
+    """The line for a reference that cannot run on the drawn inputs, naming the graph's
+    file (where it came from one) and the op (``exc``'s own words)."""
+    where = f"{g.path}: " if g.path else ""
+    return f"{where}the reference cannot run on these inputs: {exc}"
 
 
 _PRECISION = ("float8_e5m2", "float8_e4m3fn", "bfloat16", "float16", "float32", "float64")

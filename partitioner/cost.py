@@ -1053,6 +1053,8 @@ def conv_weight_rows(group: Group, op=None) -> WeightRows | None:
         return None
     g = group.graph
     w = g.tensor(op.inputs[1])
+    if not w.numel:  # no output channel (or none in): no row to stage
+        return None
     k = w.numel // w.shape[0]
     align = _sector_elements(group, w.shape, w.dtype)
     if k % align == 0:

@@ -46,7 +46,10 @@ def _stdout_errors():
 
 def write_output(text: str) -> None:
     """Write ``text`` to standard output; a failing stdout raises :class:`OutputError`
-    (a closed pipe still raises ``BrokenPipeError``)."""
+    (a closed pipe still raises ``BrokenPipeError``), and so does a closed one
+    (``>&-``: Python then has no ``sys.stdout``)."""
+    if sys.stdout is None:
+        raise OutputError("it is closed")
     with _stdout_errors():
         # in pieces no larger than the buffer: one larger write goes straight to the
         # descriptor, and a pipe closed in its middle would cut it short unreported
@@ -56,6 +59,8 @@ def write_output(text: str) -> None:
 
 
 def _flush_output() -> None:
+    if sys.stdout is None:  # closed (>&-): nothing was written there
+        return
     with _stdout_errors():
         sys.stdout.flush()
 
@@ -73,7 +78,10 @@ def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseExcepti
     """``run()``'s status; 2 for an exception in ``bad_input``, 130 on Ctrl-C, 141
     (quietly) when the reader of stdout went away, 2 with one line when stdout
     fails otherwise (``partition G > /dev/full``), and 1 for any other exception
-    (an internal failure)."""
+    (an internal failure). A closed stderr (``2>&-``) takes the notes and errors to
+    the null device, never to stdout."""
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process's own stderr, open until it exits
     try:
         status = run()
         _flush_output()  # a closed pipe or a full disk must show here, not in the interpreter's last flush
@@ -102,8 +110,14 @@ def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseExcepti
 def _complain(line: str) -> None:
     """Say ``line`` on stderr; where stderr cannot take it (``2>/dev/full``), the exit
     status alone says what happened."""
+    note(line)
+
+
+def note(text: str) -> None:
+    """Say ``text`` (a line, or lines) on stderr, where a command's notes go; a
+    stderr that cannot take it (``2>/dev/full``) never stops the command."""
     try:
-        print(line, file=sys.stderr, flush=True)
+        print(text, file=sys.stderr, flush=True)
     except OSError:
         pass
 

@@ -265,6 +265,9 @@ _INTEGER_FIELDS = [f.name for f in fields(Hardware) if f.type == "int"]
 #: and energies times these) then fits a float, while no GPU comes near it (1e15 GB/s,
 #: TFLOP/s, pJ or us).
 MAX_PROFILE_VALUE = 1e15
+#: The smallest peak (TFLOP/s) a profile may give, a million FLOP/s: a smaller one
+#: (5e-324) made a FLOP cost more time units than a float holds, and no GPU is near it.
+MIN_PEAK_TFLOPS = 1e-6
 _PROFILE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
@@ -274,7 +277,7 @@ _PROFILE_SCHEMA = {
         "sources": {"type": "object", "additionalProperties": {"type": "string"},
                     "propertyNames": {"enum": _NUMBER_FIELDS}},
         **{key: {"type": "integer" if key in _INTEGER_FIELDS else "number", "exclusiveMinimum": 0,
-                 "maximum": MAX_PROFILE_VALUE}
+                 "maximum": MAX_PROFILE_VALUE, **({"minimum": MIN_PEAK_TFLOPS} if key.startswith("peak_") else {})}
            for key in _NUMBER_FIELDS},
     },
 }

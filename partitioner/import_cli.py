@@ -29,7 +29,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import GraphError
-from .exits import OneLineParser, guarded, unwritable
+from .exits import OneLineParser, guarded, note, unwritable
 from .importers import ImportResult, extra, report, to_yaml
 from .values import write_side_file
 
@@ -41,12 +41,22 @@ def _dim(text: str) -> tuple[str, str]:
     return name, value
 
 
+#: The largest ONNX dimension --dim binds: 2^40 elements is the format's limit on a
+#: whole tensor (a larger one overflowed ONNX's int64 dims, an exit 1).
+MAX_DIM = 2**40
+
+
 def _onnx_dims(dims: list[tuple[str, str]]) -> dict[str, int]:
-    """ONNX dimensions are sizes: non-negative integers (raises GraphError)."""
+    """ONNX dimensions are sizes: non-negative integers up to :data:`MAX_DIM`, each
+    bound once (raises GraphError)."""
+    bound: dict[str, int] = {}
     for name, value in dims:
-        if not value.isdigit():
-            raise GraphError(f"--dim {name}={value}: an ONNX dimension takes a non-negative integer")
-    return {name: int(value) for name, value in dims}
+        if not value.isdigit() or int(value) > MAX_DIM:
+            raise GraphError(f"--dim {name}={value}: an ONNX dimension takes an integer from 0 to 2^40")
+        if name in bound and bound[name] != int(value):
+            raise GraphError(f"--dim {name} is given twice ({bound[name]} and {value})")
+        bound[name] = int(value)
+    return bound
 
 
 def _factory_kwargs(dims: list[tuple[str, str]]) -> dict[str, object]:
@@ -54,6 +64,8 @@ def _factory_kwargs(dims: list[tuple[str, str]]) -> dict[str, object]:
     ``'gelu'``), or the text itself when it is not one (``act=gelu``)."""
     kwargs: dict[str, object] = {}
     for name, value in dims:
+        if name in kwargs:
+            raise GraphError(f"--dim {name} is given twice")
         try:
             kwargs[name] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -113,7 +125,8 @@ def _torch_program(torch_importer, source: str, kwargs: dict[str, object]):
         if not Path(source).is_file():
             raise GraphError(f"{source}: no such file")
         try:
-            return torch.export.load(source)
+            with torch_importer.quiet():  # torch logs the archive's traceback before raising
+                return torch.export.load(source)
         except Exception as exc:  # noqa: BLE001 - torch raises several types for a bad archive
             raise GraphError(f"{source}: not a torch.export program ({type(exc).__name__}: {exc})") from None
     factory = _factory(source)
@@ -155,11 +168,11 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         raise GraphError(f"{out}: {problem}")
     result = _convert(args, args.name or out.stem)
-    report(result)
     try:
         result.load()  # every rule of the loader, before anything is written
     except GraphError as exc:  # the imported graph has no file yet: name the source
         raise GraphError(f"{args.source}: {str(exc).removeprefix('<graph>: ')}") from None
+    report(result)  # after the load: a graph it refuses gets one line, the error
     side = out.with_suffix(".npz")
     keep = bool(result.values) and not args.no_values
     if keep and side.exists() and not args.force:
@@ -177,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
     values = (f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB in {side}" if keep else
               f"; {len(result.values)} constant(s) of {megabytes:,.1f} MB not written (--no-values): a run draws them "
               "at random" if result.values else "")
-    print(f"wrote {out} ({len(result.graph['ops'])} ops){values}", file=sys.stderr)
+    note(f"wrote {out} ({len(result.graph['ops'])} ops){values}")
     return 0
 
 

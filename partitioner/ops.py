@@ -341,7 +341,11 @@ def _infer_pad(operands, attrs):
         raise InferenceError(f"pads has {len(pads)} numbers, expected 2 x rank = {2 * rank}")
     if any(p < 0 for p in pads):
         raise InferenceError(f"pads {pads} has a negative number")
-    check_literal_range([attrs["value"]], x.dtype)
+    value = attrs["value"]
+    exact = math.isfinite(value) and value == int(value) and (x.dtype != "bool" or value in (0, 1))
+    if (x.dtype in INTEGERS or x.dtype == "bool") and not exact:  # NumPy would convert it without a word
+        raise InferenceError(f"value {value} is no {x.dtype} value")
+    check_literal_range([value], x.dtype)
     return TensorType(tuple(d + pads[i] + pads[i + rank] for i, d in enumerate(x.shape)), x.dtype)
 
 
@@ -377,6 +381,8 @@ def conv2d_output(x: Shape, w: Shape, attrs: dict) -> Shape:
         raise InferenceError(f"conv2d needs a rank-4 input and weight, got {list(x)} and {list(w)}")
     n, c, h, wd = x
     o, ci, kh, kw = w
+    if kh < 1 or kw < 1:
+        raise InferenceError(f"the kernel {kh}x{kw} is empty: its height and width must be at least 1")
     for key, length in (("strides", 2), ("pads", 4), ("dilations", 2)):
         if len(attrs[key]) != length:
             raise InferenceError(f"{key} must have {length} numbers, got {attrs[key]}")
@@ -431,6 +437,9 @@ def arange_dtype(attrs: dict) -> str:
 def _infer_arange(operands, attrs):
     if attrs["delta"] == 0:
         raise InferenceError("delta must not be 0")
+    bad = [k for k in ("start", "limit", "delta") if not math.isfinite(attrs[k])]
+    if bad:
+        raise InferenceError(f"{bad[0]} must be a finite number, got {attrs[bad[0]]}")
     dtype = arange_dtype(attrs)
     if dtype == "bool":
         raise InferenceError("arange has no bool dtype")

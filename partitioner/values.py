@@ -190,6 +190,8 @@ def read_side_file(path: Path, inputs: dict[str, TensorType]) -> dict[str, np.nd
         raise GraphError(f"{path}: not a NumPy .npz file: corrupt data ({detail})") from None
     values = {}
     for name, array in stored.items():
+        if not isinstance(array, np.ndarray):  # NumPy hands back the bytes of a member that is no .npy
+            raise GraphError(f"{path}: not a NumPy .npz file: member '{name}' is no .npy array")
         if name not in inputs:
             raise GraphError(f"{path}: array '{name}' names no graph input")
         t = inputs[name]

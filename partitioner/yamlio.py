@@ -29,6 +29,10 @@ def yaml_loader(base: type) -> type:
             seen = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (list, dict)):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "a mapping's key must be a scalar, not a list or a mapping", key_node.start_mark
+                    )
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark
@@ -65,10 +69,34 @@ def yaml_loader(base: type) -> type:
 _Loader = yaml_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+#: Most values a document may expand to, its aliases copied out: a 32-layer Llama's
+#: graph holds about 200,000; nine nested aliases of nine items each ("billion
+#: laughs") hold 387 million, which reading would take minutes and gigabytes over.
+MAX_EXPANDED_VALUES = 10_000_000
+
+
 def parse_yaml(text: str):
-    """Parse ``text`` as YAML 1.2 (core schema). Raises ``yaml.YAMLError`` and
-    ``RecursionError`` (absurdly deep nesting)."""
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    """Parse ``text`` as YAML 1.2 (core schema). Raises ``yaml.YAMLError`` (also for
+    a document of more than :data:`MAX_EXPANDED_VALUES` values once its aliases are
+    expanded) and ``RecursionError`` (absurdly deep nesting)."""
+    data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    if _expanded(data, {}) > MAX_EXPANDED_VALUES:
+        raise yaml.YAMLError(f"the document expands to more than {MAX_EXPANDED_VALUES:,} values through its "
+                             "aliases (*name)")
+    return data
+
+
+def _expanded(value, sizes: dict[int, int]) -> int:
+    """The values ``value`` holds, each alias's target counted where it is used
+    (``sizes``: by object, so each shared one is walked once)."""
+    if not isinstance(value, (list, dict)):
+        return 1
+    known = sizes.get(id(value))
+    if known is None:
+        items = value.values() if isinstance(value, dict) else value
+        known = sizes[id(value)] = 1 + len(value) + sum(_expanded(v, sizes) for v in items
+                                                        if isinstance(v, (list, dict)))
+    return known
 
 
 def yaml_error_message(exc: yaml.YAMLError) -> str:

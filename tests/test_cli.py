@@ -267,6 +267,26 @@ def test_bad_input_is_exit_2_even_where_stderr_cannot_take_the_line(stdout):
     assert done.returncode == 2
 
 
+@pytest.mark.parametrize("closed, graph, status", [
+    ("stdout", "mlp_gelu_f16.yaml", 2),  # AttributeError (exit 1): no sys.stdout to write the report to
+    ("stderr", "mlp_gelu_f16.yaml", 0),  # AttributeError (exit 1), its line written to stdout
+    ("stderr", "missing.yaml", 2),  # the error line went to stdout
+])
+def test_a_closed_stdout_or_stderr_never_makes_an_internal_error(tmp_path, closed, graph, status):
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.txt"
+    redirect = ">&-" if closed == "stdout" else f"2>&- >{out}"
+    command = f"{sys.executable} -m partitioner.cli {ROOT / 'graphs' / graph} --strategy greedy {redirect}"
+    done = subprocess.run(["bash", "-c", command], stderr=subprocess.PIPE, cwd=ROOT, timeout=300)
+    assert done.returncode == status, done.stderr.decode()
+    if closed == "stdout":
+        assert done.stderr.decode() == "partition: error: cannot write the output to stdout: it is closed\n"
+    else:
+        assert "error" not in out.read_text() and (status == 2) == (out.read_text() == "")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--draw", "/missing/dir/plan.dot"], "cannot draw to '/missing/dir/plan.dot': no directory '/missing/dir'"),
     (["--draw", "{file}/plan.dot"], "is not a directory"),
@@ -321,3 +341,25 @@ def test_a_run_this_machine_cannot_do_is_refused_before_planning(capsys, monkeyp
     assert "nvcc is not on the PATH" in _one_line(capsys)
     assert cli.main([GRAPH, "--run", "--backend", "cuda", "--emulate"]) == 2
     assert "g++ is not on the PATH" in _one_line(capsys)
+
+
+def test_a_reference_that_cannot_run_names_the_graph_file(tmp_path, capsys):
+    """A constant gather index past its axis: the line named the op, not the file."""
+    path = tmp_path / "gather.yaml"
+    path.write_text("format: 1.1\ninputs: [{name: x, shape: [5, 3]}]\nops:\n"
+                    "  - {name: i, op: arange, inputs: [], attrs: {start: 0, limit: 9, delta: 3}}\n"
+                    "  - {name: a, op: gather, inputs: [x, i], attrs: {axis: 0}}\noutputs: [a]\n")
+    assert cli.main([str(path), "--run"]) == 2
+    assert _one_line(capsys).startswith(f"partition: error: {path}: the reference cannot run on these inputs: op 'a'")
+
+
+def test_a_kernel_cache_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    """PARTITIONER_CACHE naming a file was a NotADirectoryError (exit 1)."""
+    from backends.base import BackendError
+    from backends.cuda.compile import cache_dir
+
+    (tmp_path / "a_file").write_text("kept")
+    monkeypatch.setenv("PARTITIONER_CACHE", str(tmp_path / "a_file"))
+    with pytest.raises(BackendError, match="a_file/cuda cannot be made: Not a directory"):
+        cache_dir()
+    assert (tmp_path / "a_file").read_text() == "kept"

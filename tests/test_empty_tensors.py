@@ -129,3 +129,13 @@ def test_cuda_emulator_runs_contractions_of_empty_results(name):
     for strategy in ("none", "greedy", "ilp"):
         checks = run_and_check(partition(EMPTY_CONTRACTIONS[name], strategy), load_backend("cuda", emulate=True))
         assert checks and all(c.ok for c in checks), (strategy, checks)
+
+
+def test_a_convolution_of_no_output_channel_plans_and_runs():
+    """A [0, 3, 3, 3] weight divided by its zero channels: in the cost model's weight
+    rows under every strategy, and in --run's memory estimate (exit 1 each)."""
+    g = make_graph({"x": [1, 3, 8, 8], "w": [0, 3, 3, 3]}, [op("c", "conv2d", ["x", "w"]), op("r", "relu", ["c"])],
+                   ["r"])
+    for strategy in ("none", "greedy", "xla", "tvm", "inductor", "ilp"):
+        assert partition(g, strategy).cost.launches == 0
+    assert [c.ok for c in run_and_check(partition(g, "ilp"), load_backend("numpy"))] == [True]

@@ -83,6 +83,9 @@ def test_unknown_name():
     ("base: h100\nhbm_bandwidth_gb_per_s: 1.0e-7\nsources: {hbm_bandwidth_gb_per_s: x}\n", "under one byte:"),
     # energies of 1e300 made every modelled total overflow a float: an OverflowError (exit 1)
     ("base: h100\nhbm_pj_per_byte: 1.0e+300\nsources: {hbm_pj_per_byte: x}\n", "hbm_pj_per_byte: .* maximum"),
+    # a peak of 5e-324 made a FLOP's time overflow a float in the heuristics (exit 1)
+    ("base: h100\npeak_fp16_tensor_tflops: 5.0e-324\nsources: {peak_fp16_tensor_tflops: x}\n",
+     "peak_fp16_tensor_tflops: .* minimum"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
@@ -113,3 +116,17 @@ def test_the_largest_profile_numbers_still_price_every_plan(tmp_path):
     graph = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
     for strategy in ("none", "greedy"):
         assert math.isfinite(partition(graph, strategy, str(path), objective="energy").cost.energy_uj)
+
+
+def test_the_smallest_peaks_still_price_every_plan(tmp_path):
+    """At the smallest peak a profile may give, every strategy prices a plan whose
+    FLOP dominate, beside the largest bandwidth."""
+    from partitioner import load_graph, partition
+    path = tmp_path / "p.yaml"
+    peaks = ("peak_fp32_tflops", "peak_fp64_tflops", "peak_fp16_tensor_tflops", "peak_bf16_tensor_tflops")
+    path.write_text("base: h100\nhbm_bandwidth_gb_per_s: 1.0e+15\n" + "".join(f"{p}: 1.0e-6\n" for p in peaks)
+                    + "sources: {" + ", ".join(f"{p}: x" for p in ("hbm_bandwidth_gb_per_s", *peaks)) + "}\n")
+    graph = load_graph(ROOT / "graphs" / "llama7b_2l_b4_s2048_bf16.yaml")
+    for strategy in ("none", "greedy", "xla", "tvm", "inductor"):
+        cost = partition(graph, strategy, str(path)).cost
+        assert math.isfinite(cost.modeled_time_us) and cost.modeled_time_us > 1e9  # 7.2e12 FLOP at 1e6 FLOP/s

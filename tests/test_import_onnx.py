@@ -1234,7 +1234,7 @@ def test_cli_imports_an_onnx_file(tmp_path, capsys):
     (["missing.onnx"], "missing.onnx: no such file"),
     (["{model}"], "bind it with --dim batch=VALUE"),
     (["{model}", "--dim", "batch"], "--dim takes NAME=VALUE"),
-    (["{model}", "--dim", "batch=2.5"], "--dim batch=2.5: an ONNX dimension takes a non-negative integer"),
+    (["{model}", "--dim", "batch=2.5"], "--dim batch=2.5: an ONNX dimension takes an integer from 0 to 2^40"),
     (["{junk}"], "not an ONNX model"),
     (["model.txt"], "SOURCE must be a .onnx file, a .pt2 file or MODULE:FACTORY"),
 ])
@@ -1662,3 +1662,101 @@ def test_import_errors_name_the_file_at_fault(tmp_path, capsys):
         assert cli.main(["import", str(relu), "-o", str(full), "--force"]) == 2
         assert capsys.readouterr().err.splitlines()[-1] == (f"partition import: error: {full}: cannot write it: "
                                                            "No space left on device")
+
+
+def _graph_model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "bad", inputs, outputs, initializer=list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _external_weight(location):
+    weight = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    weight.data_location = TP.EXTERNAL
+    entry = weight.external_data.add()
+    entry.key, entry.value = "location", location
+    weight.ClearField("raw_data")
+    return weight
+
+
+@pytest.mark.parametrize("model, message", [
+    # each was an internal error (exit 1) before
+    (lambda: _graph_model([helper.make_node("Relu", ["X"], ["Y"])], [value("X", F, [1 << 40, 2])],
+                          [value("Y", F, [1 << 40, 2])]), "above the format's limit of 2^40 bytes"),
+    (lambda: _graph_model([helper.make_node("Relu", ["X"], ["Y"])], [value("X", F, [-3])], [value("Y", F, [-3])]),
+     "-3 is less than the minimum of 0"),
+    (lambda: _graph_model([helper.make_node("Relu", ["X"], [""])], [value("X", F, [2])], [value("", F, [2])]),
+     "graph output 0 ('') is computed by no node"),
+    (lambda: _graph_model([helper.make_node("Relu", ["X"], ["Y"])], [helper.make_tensor_value_info("X", F, None)],
+                          [value("Y", F, [2])]), "input 'X' has no static shape"),
+    (lambda: _graph_model([helper.make_node("MatMul", ["X", "w"], ["Y"])], [value("X", F, [2, 2])],
+                          [value("Y", F, [2, 2])], [_external_weight("nothere.bin")]), "nothere.bin"),
+    (lambda: _graph_model([helper.make_node("MatMul", ["X", "w"], ["Y"])], [value("X", F, [2, 2])],
+                          [value("Y", F, [2, 2])], [_external_weight("../../../../etc/passwd")]),
+     "points outside the directory"),
+])
+def test_a_model_the_format_cannot_hold_is_one_line_and_exit_2(tmp_path, capsys, model, message):
+    path = tmp_path / "bad.onnx"
+    onnx.save(model(), path)
+    assert cli.main(["import", str(path), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and message in err, err
+    assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.parametrize("dims, message", [
+    (["batch=99999999999999999999"], "an ONNX dimension takes an integer from 0 to 2^40"),  # overflowed int64
+    (["batch=4", "batch=5"], "--dim batch is given twice (4 and 5)"),  # 5 was used without a word
+])
+def test_a_dim_out_of_range_or_given_twice_is_refused(tmp_path, capsys, dims, message):
+    path = tmp_path / "m.onnx"
+    onnx.save(dynamic_model(), path)
+    args = [a for d in dims for a in ("--dim", d)]
+    assert cli.main(["import", str(path), "-o", str(tmp_path / "out.yaml"), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_graph_load_refuses_is_one_line_without_the_import_summary(tmp_path, capsys):
+    """The summary came first, so two lines reached stderr for one error."""
+    path = tmp_path / "dup.onnx"
+    nodes = [helper.make_node("Relu", ["X"], ["Y"]), helper.make_node("Exp", ["X"], ["Y"])]
+    onnx.save(_graph_model(nodes, [value("X", F, [2])], [value("Y", F, [2])]), path)
+    assert cli.main(["import", str(path), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "used twice" in err, err
+
+
+def test_a_model_of_no_ops_writes_a_graph_file_that_reads_back(tmp_path, capsys):
+    path, out = tmp_path / "ident.onnx", tmp_path / "ident.yaml"
+    onnx.save(_graph_model([], [value("X", F, [2, 3])], [value("X", F, [2, 3])]), path)
+    assert cli.main(["import", str(path), "-o", str(out)]) == 0
+    assert "ops: []" in out.read_text()  # a bare "ops:" read back as null, which the loader refused
+    assert partitioner.load_graph(out).outputs == ("X",)
+
+
+def test_an_if_reads_the_tensors_its_branches_read_from_the_graph(tmp_path, capsys):
+    """Its branches' reads of ``X`` were dropped: the plan read nothing of ``X``."""
+    then = helper.make_graph([helper.make_node("Relu", ["X"], ["a"])], "then", [], [value("a", F, [4, 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["X"], ["b"])], "else", [], [value("b", F, [4, 4])])
+    node = helper.make_node("If", ["C"], ["Y"], then_branch=then, else_branch=other)
+    path, out = tmp_path / "if.onnx", tmp_path / "if.yaml"
+    onnx.save(_graph_model([node], [value("C", TP.BOOL, []), value("X", F, [4, 4])], [value("Y", F, [4, 4])]), path)
+    assert cli.main(["import", str(path), "-o", str(out)]) == 0
+    graph = partitioner.load_graph(out)
+    assert graph.ops["Y"].inputs == ("C", "X") and "X" in graph.inputs
+    assert partition(graph, "none").cost.bytes_read == 1 + 4 * 4 * 4
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_full_stderr_never_stops_an_import(tmp_path):
+    """The summary's failed print aborted the import (exit 1, nothing written)."""
+    import subprocess
+    import sys
+
+    path, out = tmp_path / "m.onnx", tmp_path / "m.yaml"
+    onnx.save(_graph_model([helper.make_node("Relu", ["X"], ["Y"])], [value("X", F, [2])], [value("Y", F, [2])]),
+              path)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "partitioner.cli", "import", str(path), "-o", str(out)],
+                              stderr=full, stdout=subprocess.PIPE, timeout=300)
+    assert done.returncode == 0 and done.stdout == b"" and partitioner.load_graph(out).ops["Y"].kind == "relu"

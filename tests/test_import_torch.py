@@ -429,6 +429,20 @@ def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source,
     assert err.count("\n") == 1 and message in err, err
 
 
+def test_a_file_that_is_no_saved_program_is_one_line(tmp_path):
+    """torch logged the archive's traceback (12 lines) before the one-line error; in
+    a process of its own, since torch's log handler keeps the stderr it first saw."""
+    import subprocess
+    import sys
+
+    junk = tmp_path / "junk.pt2"
+    junk.write_bytes(bytes(range(256)) * 2)
+    done = subprocess.run([sys.executable, "-m", "partitioner.cli", "import", str(junk), "-o",
+                           str(tmp_path / "out.yaml")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "junk.pt2: not a torch.export program" in done.stderr
+
+
 class IndexAndPool(nn.Module):
     """The ATen ops format 1.1 maps: index arithmetic, scans, integer division, pools,
     torch.gather and advanced indexing, filled tensors."""

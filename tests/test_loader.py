@@ -193,6 +193,25 @@ BAD = {
     "composite_bad_axis": ("inputs: [{name: a, shape: [2, 3]}]\n"
                            "ops: [{name: b, op: softmax, inputs: [a], attrs: {axis: 5}}]\noutputs: [b]\n",
                            "b", "axis 5 is out of range"),
+    # each of these was an internal error (exit 1)
+    "list_as_key": ("inputs: [{name: x, shape: [4]}]\nops: []\noutputs: [x]\n? [1, 2]\n: 3\n", None,
+                    "a mapping's key must be a scalar"),
+    "arange_to_infinity": ("format: 1.1\ninputs: []\nops: [{name: r, op: arange, inputs: [], "
+                           "attrs: {start: 0, limit: .inf}}]\noutputs: [r]\n", "r", "limit must be a finite number"),
+    "arange_of_nan": ("format: 1.1\ninputs: []\nops: [{name: r, op: arange, inputs: [], "
+                      "attrs: {start: .nan, limit: 4}}]\noutputs: [r]\n", "r", "start must be a finite number"),
+    # accepted: a [1, 4, 9, 6] result from an [8, 8] image (PyTorch refuses an empty kernel)
+    "conv_empty_kernel": ("inputs: [{name: x, shape: [1, 3, 8, 8]}, {name: w, shape: [4, 3, 0, 3]}]\n"
+                          "ops: [{name: c, op: conv2d, inputs: [x, w]}]\noutputs: [c]\n", "c", "the kernel 0x3 is empty"),
+    # int8 padded with 1 for 1.5, with 0 for NaN, without a word
+    "pad_fraction_on_int": ("inputs: [{name: x, shape: [2], dtype: int8}]\nops: [{name: p, op: pad, inputs: [x], "
+                            "attrs: {pads: [1, 1], value: 1.5}}]\noutputs: [p]\n", "p", "value 1.5 is no int8 value"),
+    "pad_nan_on_int": ("inputs: [{name: x, shape: [2], dtype: int32}]\nops: [{name: p, op: pad, inputs: [x], "
+                       "attrs: {pads: [1, 1], value: .nan}}]\noutputs: [p]\n", "p", "value nan is no int32 value"),
+    # nine aliases of nine: 387 million values, read for minutes and gigabytes
+    "alias_bomb": ("a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{k}: &a{k} [{', '.join([f'*a{k - 1}'] * 9)}]\n" for k in range(1, 9)) + "inputs: *a8\nops: []\noutputs: []\n",
+        None, "expands to more than 10,000,000 values"),
 }
 
 

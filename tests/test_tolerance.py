@@ -138,3 +138,14 @@ def test_specials_must_match_position_for_position():
     assert not compare("y", "float32", np.array([1.0, -np.inf, np.nan, -np.inf]), want).ok
     assert not compare("y", "float32", np.array([1.0, np.inf, 0.0, -np.inf]), want).ok
     assert not compare("y", "float32", np.array([np.nan, np.inf, np.nan, -np.inf]), want).ok
+
+
+def test_the_memory_estimate_counts_the_comparison():
+    """A 100-million-element exp peaked at 6.96 GB resident under --run, against an
+    estimate of 1.1 GiB (the comparison's float64 temporaries were left out), so the
+    OOM killer could end a run the guard let through."""
+    from backends.check import memory_needed
+    from partitioner import partition
+
+    g = make_graph({"x": [100_000_000]}, [op("a", "exp", ["x"])], ["a"])
+    assert memory_needed(partition(g, "none")) >= 6.96e9

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 
 import ml_dtypes
 import numpy as np
@@ -99,7 +100,12 @@ def _garbage_tail(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("spoil", [_corrupt_member, _truncate, _garbage_tail])
+def _member_not_npy(path):
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("w.npy", b"garbage")  # NumPy hands back bytes for it: an AttributeError (exit 1)
+
+
+@pytest.mark.parametrize("spoil", [_corrupt_member, _truncate, _garbage_tail, _member_not_npy])
 def test_a_compressed_side_file_with_corrupt_data_is_one_line_and_exit_2(graph_file, spoil, capsys):
     side = graph_file.parent / "affine.npz"
     np.savez_compressed(side, w=W, b=B.view(np.uint16))

@@ -75,10 +75,20 @@ def nvcc_version() -> str:
 
 
 def cache_dir() -> Path:
-    """``$PARTITIONER_CACHE``, else ``~/.cache/partitioner/cuda``."""
+    """``$PARTITIONER_CACHE``, else ``~/.cache/partitioner/cuda``.
+
+    Raises
+    ------
+    BackendError
+        The folder cannot be made there (``PARTITIONER_CACHE`` names a file, or a
+        place that cannot be written)."""
     root = os.environ.get("PARTITIONER_CACHE") or Path.home() / ".cache" / "partitioner"
     path = Path(root) / "cuda"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackendError(f"the kernel cache {path} cannot be made: {exc.strerror or exc} "
+                           "(set PARTITIONER_CACHE to a folder that can be written)") from None
     return path
 
 

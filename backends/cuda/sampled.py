@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from backends.check import OutputCheck, accumulated_terms, compare, memory_available, tolerance_dtype
+from backends.check import (OutputCheck, accumulated_terms, compare, memory_available, reference_failure,
+                            tolerance_dtype)
 from partitioner.plan import Plan
 from partitioner.reference import input_values, random_values, run_reference
 from partitioner.report import PIPED_WIDTH, table_text
@@ -132,7 +133,7 @@ def reference_storages(plan: Plan, rendered: Rendered, seed: int) -> dict[str, n
     try:
         return run_reference(g, {**input_values(g, seed), **random_values(g, customs, seed)}, keep=needed)
     except ValueError as exc:
-        raise BackendError(f"the reference cannot run on these inputs: {exc}") from None
+        raise BackendError(reference_failure(g, exc)) from None
 
 
 def check_written(plan: Plan, name: str, runs: list[np.ndarray], want: np.ndarray) -> tuple[int, OutputCheck]:

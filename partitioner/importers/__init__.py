@@ -14,7 +14,6 @@ import importlib
 import json
 import math
 import re
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -24,6 +23,7 @@ import yaml
 
 from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError
+from ..exits import note
 from ..graph import Graph
 from ..loader import NAME_PATTERN, format_1_1_feature, load_graph
 from ..ops import TensorType, conv_output_length
@@ -149,7 +149,7 @@ class ImportResult:
 def report(result: ImportResult, verbose: bool = True) -> None:
     """Print ``result``'s summary on stderr (stdout stays free for data)."""
     if verbose:
-        print(result.summary.text(f"import {result.graph['name']}"), file=sys.stderr)
+        note(result.summary.text(f"import {result.graph['name']}"))
 
 
 class GraphBuilder:
@@ -570,7 +570,8 @@ def to_yaml(graph: dict, comments: Sequence[str] = ()) -> str:
     lines = [f"# {c}" for c in comments]
     lines += [_header(key, graph[key]) for key in ("format", "name", "source", "dtype", "values") if key in graph]
     for key in ("inputs", "ops"):
-        lines.append(f"{key}:")
-        lines += [f"  - {_flow(entry)}" for entry in graph.get(key, [])]
+        entries = graph.get(key, [])
+        lines.append(f"{key}:" if entries else f"{key}: []")  # a bare "ops:" would read as null
+        lines += [f"  - {_flow(entry)}" for entry in entries]
     lines.append(f"outputs: {_flow(graph['outputs'])}")
     return "\n".join(lines) + "\n"

@@ -102,10 +102,18 @@ def _outer_reads(graph: onnx.GraphProto) -> set[str]:
     reads: set[str] = set()
     for node in graph.node:
         reads |= {i for i in node.input if i and i not in produced}
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                reads |= _outer_reads(sub) - produced
+        reads |= _node_outer_reads(node) - produced
         produced |= {o for o in node.output if o}
+    return reads
+
+
+def _node_outer_reads(node: onnx.NodeProto) -> set[str]:
+    """Tensors the subgraphs of ``node`` (its branches, its body) read from the graph
+    that holds it: operands of the node as much as its inputs."""
+    reads: set[str] = set()
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            reads |= _outer_reads(sub)
     return reads
 
 
@@ -158,9 +166,8 @@ def topologically_sorted(model: onnx.ModelProto, label: str) -> onnx.ModelProto:
                 raise GraphError(f"{label}: {label_of(k)} reads tensor '{tensor}', which no node produces and which "
                                  f"is no graph input or initializer")
             deps.add(producer[tensor])
-        for attr in node.attribute:  # a subgraph's reads from this graph (outer scope) count as inputs
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                deps |= {producer[t] for t in _outer_reads(sub) if t in producer and t not in given}
+        # a subgraph's reads from this graph (outer scope) count as inputs
+        deps |= {producer[t] for t in _node_outer_reads(node) if t in producer and t not in given}
         needs.append(deps)
     if all(d < k for k, deps in enumerate(needs) for d in deps):
         return model
@@ -306,7 +313,12 @@ def convert(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | 
     source_text = f"ONNX opset {opset} ({producer})"
     if base_dir is not None:
         source_text = f"{Path(label).name}: {source_text}"
-    return _Converter(model, sanitize(name), source_text, label, base_dir, opset).run()
+    try:
+        return _Converter(model, sanitize(name), source_text, label, base_dir, opset).run()
+    except Unmappable as exc:  # raised outside any one node (a graph input, a weight): no op can stand in
+        raise GraphError(f"{label}: {exc}") from None
+    except onnx.checker.ValidationError as exc:  # a weight's external data: missing, or outside the model's folder
+        raise GraphError(f"{label}: {' '.join(str(exc).split())}") from None
 
 
 def load(source: str | os.PathLike | onnx.ModelProto, dims: dict[str, int] | None = None, name: str | None = None,
@@ -341,7 +353,8 @@ class _Converter:
         self.b = GraphBuilder(name, source, reserved=self.names.values())
         self.types = self._onnx_types()
         self.env: dict[str, Any] = {}
-        self.consumed = {i for n in self.graph.node for i in n.input} | {o.name for o in self.graph.output}
+        self.consumed = {i for n in self.graph.node for i in [*n.input, *_node_outer_reads(n)]} | {
+            o.name for o in self.graph.output}
 
     # ---------------------------------------------------------------- setup
 
@@ -390,9 +403,15 @@ class _Converter:
         for value in self.graph.input:
             if value.name not in initializers and value.name in self.consumed:
                 shape, _ = self.types[value.name]
+                if shape is None:
+                    raise GraphError(f"{self.label}: input '{value.name}' has no static shape; format v1 needs one")
                 self.env[value.name] = self.b.add_input(self.names[value.name], shape, self.dtype(value.name))
         for node in self.graph.node:
             self._node(node)
+        unnamed = [k for k, o in enumerate(self.graph.output) if o.name not in self.env]
+        if unnamed:  # ONNX names a missing optional tensor "": no node computes it
+            name = self.graph.output[unnamed[0]].name
+            raise GraphError(f"{self.label}: graph output {unnamed[0]} ('{name}') is computed by no node")
         outputs = [self.tensor(o.name) for o in self.graph.output]
         renamed = {k: v for k, v in self.names.items() if k != v}
         return self.b.result(outputs, renamed)
@@ -466,7 +485,10 @@ class _Converter:
         ``onnx`` attribute (``partitioner.onnx_semantics``) where onnx.reference can
         run it, so that a run computes its real result. ``reason`` (why the node is
         not mapped) ends the error for an output without a static shape."""
-        inputs = list(dict.fromkeys(self.tensor(i) for i in node.input if i))
+        # a branch or body (If, Loop, Scan) may read tensors of the enclosing graph by
+        # name: they are operands too, or the plan would not read them
+        outer = sorted(_node_outer_reads(node))
+        inputs = list(dict.fromkeys(self.tensor(i) for i in [*node.input, *outer] if i))
         operands = [f"x{inputs.index(self.tensor(i))}" if i else None for i in node.input]
         types = [(self.b.type(t).shape, _ELEM_TYPES[self.b.type(t).dtype]) for t in inputs]
         calls = any((f.domain, f.name) == (node.domain, node.op_type) for f in self._functions)
@@ -480,7 +502,8 @@ class _Converter:
                 raise GraphError(f"{self.label}: op '{node.name or out}' ({kind}): ONNX shape inference gives "
                                  f"no static shape for its output '{out}'; format v1 needs one for a custom op{why}")
             dtype = self.dtype(out, elem_type)
-            kept = None if _random(node) else onnx_semantics.encode(
+            # (a node reading outer tensors cannot run alone: a run draws its result)
+            kept = None if _random(node) or outer else onnx_semantics.encode(
                 node, operands, types, k, (shape, _ELEM_TYPES[dtype]), self.opsets, functions)
             self.env[out] = self.b.custom(self.names[out], kind, inputs, shape, dtype,
                                           {onnx_semantics.ATTR: kept} if kept else None)

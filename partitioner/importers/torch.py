@@ -22,7 +22,6 @@ import io
 import logging
 import math
 import operator
-import sys
 import warnings
 from typing import Any, Callable
 
@@ -35,6 +34,7 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
 from ..errors import GraphError
+from ..exits import note
 from ..graph import Graph
 from ..ops import TensorType, broadcast_shapes
 from . import GraphBuilder, ImportResult, Unmappable, batch_norm, conv1d, conv3d, group_norm, report, sanitize
@@ -85,7 +85,7 @@ def program_of(source: ExportedProgram | torch.nn.Module, example_inputs=None) -
         raise GraphError(f"<torch>: expected an ExportedProgram or a torch.nn.Module, got {type(source).__name__}")
     if example_inputs is None:
         raise GraphError(f"<torch>: exporting {type(source).__name__} needs example inputs")
-    with _quiet():
+    with quiet():
         return torch.export.export(source, tuple(example_inputs))
 
 
@@ -151,12 +151,12 @@ def lower(program: ExportedProgram) -> ExportedProgram:
     """
     table = torch.export.default_decompositions()
     del table[torch.ops.aten.scaled_dot_product_attention.default]
-    with _quiet():
+    with quiet():
         return program.run_decompositions(table)
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """Silence torch's own deprecation notice about its pytree internals and its
     logging (both about torch, not the user's model), and hold back what it prints
     on stderr until the body succeeds: a failed export dumps the traced graph there,
@@ -170,7 +170,8 @@ def _quiet():
             yield
     finally:
         torch_log.setLevel(level)
-    sys.stderr.write(printed.getvalue())  # only after success: the warnings about the model
+    if printed.getvalue():  # only after success: the warnings about the model
+        note(printed.getvalue().rstrip("\n"))
 
 
 def load(source: ExportedProgram | torch.nn.Module, example_inputs=None, name: str | None = None,
