@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-ops must be at least 1")
     if args.recompute and args.strategy not in (None, "ilp") and not args.compare:
         parser.error(f"--recompute applies to the ilp only, not to --strategy {args.strategy}")
+    if args.time_limit is not None and args.strategy not in (None, "ilp") and not (args.compare or args.report):
+        parser.error(f"--time-limit applies to the ilp only, not to --strategy {args.strategy}")
     if args.emit and not args.out:
         parser.error("--emit needs --out DIR")
     if args.out and not args.emit:

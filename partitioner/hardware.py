@@ -19,7 +19,7 @@ import yaml
 
 from .errors import HardwareError
 from .schema import validator
-from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
+from .yamlio import parse_document, parse_error_message, read_error_message, read_text
 
 _DATASHEET_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM5 column)"
 _DATASHEET_H200 = "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)"
@@ -327,11 +327,11 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     if path.suffix.lower() not in (".yaml", ".yml", ".json"):
         raise HardwareError(f"unknown hardware {spec!r}: use one of {', '.join(PROFILES)} or a .yaml profile")
     try:
-        data = parse_yaml(read_text(path))
+        data = parse_document(read_text(path), path.suffix)
     except (OSError, UnicodeDecodeError) as exc:
         raise HardwareError(f"{spec}: hardware profile: {read_error_message(exc)}") from None
-    except yaml.YAMLError as exc:
-        raise HardwareError(f"{spec}: hardware profile: {yaml_error_message(exc)}") from None
+    except (ValueError, yaml.YAMLError) as exc:  # (a .json profile is read as JSON: YAML rejects some escapes)
+        raise HardwareError(f"{spec}: hardware profile: {parse_error_message(exc)}") from None
     except RecursionError:
         raise HardwareError(f"{spec}: the file nests too deeply to be a hardware profile") from None
     if not isinstance(data, dict):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -131,7 +132,10 @@ def _torch_program(torch_importer, source: str, kwargs: dict[str, object]):
             raise GraphError(f"{source}: not a torch.export program ({type(exc).__name__}: {exc})") from None
     factory = _factory(source)
     try:
-        made = factory(**kwargs)
+        with contextlib.redirect_stdout(sys.stderr):  # what it prints is no graph: stdout stays empty
+            made = factory(**kwargs)
+    except SystemExit as exc:  # sys.exit() in the factory ended the import without a word, status 0
+        raise GraphError(f"{source}: the factory called sys.exit({exc.code!r}) instead of returning") from None
     except Exception as exc:  # noqa: BLE001 - the user's factory may raise anything
         raise GraphError(f"{source}: the factory raised {type(exc).__name__}: {exc}") from None
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module):

@@ -25,7 +25,7 @@ from . import onnx_semantics
 from .ops import REGISTRY, Attr, TensorType
 from .schema import validator
 from .values import parse_inline
-from .yamlio import parse_yaml, read_error_message, read_text, yaml_error_message
+from .yamlio import parse_document, parse_error_message, read_error_message, read_text
 
 FORMAT_VERSION = 1.1
 #: The versions this reader knows; 1.1 adds constant values, ops and dtypes (``docs/graph-format.md``).
@@ -42,15 +42,6 @@ NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
 # ---------------------------------------------------------------- parsing
 
 
-def _reject_duplicate_keys(pairs):
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"key {key!r} appears twice in one object")
-        out[key] = value
-    return out
-
-
 def _parse(path: Path) -> Any:
     label = str(path)
     suffix = path.suffix.lower()
@@ -63,15 +54,9 @@ def _parse(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise GraphError(f"{label}: {read_error_message(exc)}") from None
     try:
-        if suffix == ".json":
-            return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
-        return parse_yaml(text)
-    except json.JSONDecodeError as exc:
-        raise GraphError(f"{label}: malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except yaml.YAMLError as exc:
-        raise GraphError(f"{label}: {yaml_error_message(exc)}") from None
-    except ValueError as exc:
-        raise GraphError(f"{label}: malformed JSON: {exc}") from None
+        return parse_document(text, suffix)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise GraphError(f"{label}: {parse_error_message(exc)}") from None
     except RecursionError:
         raise GraphError(f"{label}: the file nests too deeply to be a graph") from None
 

@@ -1,4 +1,5 @@
-"""YAML reading with YAML 1.2 core-schema scalars, shared by graph and hardware files.
+"""YAML (and JSON) reading with YAML 1.2 core-schema scalars, shared by graph and
+hardware files.
 
 PyYAML implements YAML 1.1, where ``010`` is octal 8, ``1:30`` is 90, ``2001-12-14``
 is a date, ``on``/``no`` are booleans and ``1e-5`` is a string. Graph files follow
@@ -8,6 +9,7 @@ booleans, no timestamps. A key given twice in one mapping is an error.
 
 from __future__ import annotations
 
+import json
 import re
 
 import yaml
@@ -120,3 +122,30 @@ def read_error_message(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return f"cannot read the file: {exc.strerror or exc}"
     return f"cannot read the file: {exc}"
+
+
+def parse_document(text: str, suffix: str):
+    """A file's text as JSON for a ``.json`` ``suffix`` (no key twice in one
+    object), else as YAML 1.2 (:func:`parse_yaml`). Raises ``ValueError``
+    (``json.JSONDecodeError``, a key twice), ``yaml.YAMLError`` and ``RecursionError``."""
+    if suffix.lower() == ".json":
+        return json.loads(text, object_pairs_hook=_reject_duplicate_keys)
+    return parse_yaml(text)
+
+
+def parse_error_message(exc: ValueError | yaml.YAMLError) -> str:
+    """One line for a document :func:`parse_document` cannot read: where and what."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"malformed JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, yaml.YAMLError):
+        return yaml_error_message(exc)
+    return f"malformed JSON: {exc}"
+
+
+def _reject_duplicate_keys(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out

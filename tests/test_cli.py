@@ -343,6 +343,14 @@ def test_a_run_this_machine_cannot_do_is_refused_before_planning(capsys, monkeyp
     assert "g++ is not on the PATH" in _one_line(capsys)
 
 
+def test_a_time_limit_for_a_strategy_that_has_none_is_refused(capsys):
+    """It was ignored without a word, as --recompute is refused."""
+    with pytest.raises(SystemExit) as bad:
+        cli.main([GRAPH, "--strategy", "greedy", "--time-limit", "5"])
+    assert bad.value.code == 2 and "--time-limit applies to the ilp only" in _one_line(capsys)
+    assert cli.main([GRAPH, "--strategy", "greedy", "--time-limit", "5", "--report"]) == 0  # the report's ilp takes it
+
+
 def test_a_reference_that_cannot_run_names_the_graph_file(tmp_path, capsys):
     """A constant gather index past its axis: the line named the op, not the file."""
     path = tmp_path / "gather.yaml"

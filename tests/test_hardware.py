@@ -130,3 +130,17 @@ def test_the_smallest_peaks_still_price_every_plan(tmp_path):
     for strategy in ("none", "greedy", "xla", "tvm", "inductor"):
         cost = partition(graph, strategy, str(path)).cost
         assert math.isfinite(cost.modeled_time_us) and cost.modeled_time_us > 1e9  # 7.2e12 FLOP at 1e6 FLOP/s
+
+
+def test_a_json_profile_is_read_as_json(tmp_path):
+    """Python's json escapes an emoji as a surrogate pair, which YAML refuses: the
+    profile was rejected as malformed YAML."""
+    import json
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"base": "h100", "sm_count": 100, "sources": {"sm_count": "café 😀"}}))
+    hw = load_hardware(str(path))
+    assert hw.sm_count == 100 and hw.sources["sm_count"] == "café 😀"
+    path.write_text('{"base": "h100", "base": "a100"}')
+    with pytest.raises(HardwareError, match="p.json: hardware profile: malformed JSON: key 'base' appears twice"):
+        load_hardware(str(path))

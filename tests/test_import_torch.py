@@ -381,6 +381,14 @@ FACTORY = textwrap.dedent("""
 
     def dynamic():
         return Branchy(), (torch.randn(4, 8),)
+
+    def leaves():
+        import sys
+        sys.exit(0)
+
+    def chatty():
+        print("building the model")
+        return Tiny(4), (torch.zeros(3, 4),)
 """)
 
 
@@ -419,6 +427,8 @@ def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys, monkeypatch
     ("{tmp}/absent.pt2", "absent.pt2: no such file"),
     # torch printed the traced graph on stderr first, a page of it
     ("{module}:dynamic", "torch.export failed: GuardOnDataDependentSymNode"),
+    # exit 0, no file and no word
+    ("{module}:leaves", "the factory called sys.exit(0) instead of returning"),
 ])
 def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source, message):
     module = tmp_path / "models.py"
@@ -427,6 +437,14 @@ def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source,
     assert cli.main(["import", source, "-o", str(tmp_path / "out.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_what_a_factory_prints_stays_off_stdout(tmp_path, capsys):
+    module = tmp_path / "models.py"
+    module.write_text(FACTORY)
+    assert cli.main(["import", f"{module}:chatty", "-o", str(tmp_path / "out.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "building the model" in captured.err
 
 
 def test_a_file_that_is_no_saved_program_is_one_line(tmp_path):
