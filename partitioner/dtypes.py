@@ -109,11 +109,15 @@ def accumulator_dtype(dtype: str) -> str:
 
 
 def reduction_accumulator(kind: str, dtype: str) -> str:
-    """The dtype a reduction of ``kind`` over ``dtype`` values accumulates in: a sum,
-    mean or product widens (:func:`accumulator_dtype`); a maximum, minimum or arg
-    comparison is exact in the compute dtype."""
+    """The dtype a reduction of ``kind`` over ``dtype`` values accumulates in: a sum
+    or product widens (:func:`accumulator_dtype`), and so does a mean of floats; a
+    mean of integers or bools accumulates in float64, as NumPy's does (an int64 sum
+    of two 2^62 wraps to -2^63); a maximum, minimum or arg comparison is exact in the
+    compute dtype."""
     if kind in ("reduce_max", "reduce_min", "argmax", "argmin"):
         return compute_dtype(dtype)
+    if kind == "reduce_mean" and dtype not in FLOATS:
+        return "float64"
     return accumulator_dtype(dtype)
 
 

@@ -21,7 +21,7 @@ from backends.cuda.emulate import run as run_emulated
 from backends.cuda.kernels.common import environment
 from backends.cuda.render import render
 from backends.numpy_backend import NumpyBackend
-from partitioner import load_graph, partition
+from partitioner import load_graph, partition, run_reference
 from partitioner.ops import conv2d_output
 from partitioner.reference import input_values
 
@@ -596,6 +596,31 @@ def test_a_row_read_through_a_view_is_staged_from_its_storage(shape, view, dtype
         g = make_graph({"b": (shape, dtype)}, [op("r", "reshape", ["b"], shape=view), *reduce("r")], ["s"],
                        dtype=dtype)
         check(g, strategies=("ilp",))
+
+
+@pytest.mark.parametrize("x", [[2, 2, 4], [5, 4], [3, 2, 16], [2, 2, 2, 16]])
+def test_an_epilogue_over_more_axes_than_the_rows_is_not_read_along_the_row(x):
+    """``x * sum(y)`` (and a dead ``x + exp(y)`` beside ``min(exp(y))``), where ``x``
+    ends in ``y``'s length but has more axes: the row walk gave ``x`` a vector load,
+    indexed by the row's one axis (an IndexError at rank 3 and up; at rank 2 a load
+    of the wrong element, never used)."""
+    y = [x[-1]]
+    check(make_graph({"x": x, "y": y}, [op("m", "reduce_sum", ["y"], keepdims=True), op("o", "mul", ["x", "m"])],
+                     ["o"]), strategies=("greedy", "ilp", "inductor"))
+    check(make_graph({"x": x, "y": y}, [op("e", "exp", ["y"]), op("a", "add", ["x", "e"]),
+                                        op("m", "reduce_min", ["e"])], ["m"]), strategies=("greedy", "ilp", "xla"))
+
+
+@pytest.mark.parametrize("dtype, value", [("int64", 2**62), ("uint64", 2**63), ("int64", -(2**62) - 7)])
+def test_an_integer_mean_accumulates_in_float64(dtype, value):
+    """The kernels summed an integer mean in int64 (uint64), which wrapped: the mean
+    of two 2^62 came out -2^62, of two 2^63 unsigned 0. NumPy's mean accumulates in
+    float64, and so does the format (``dtypes.reduction_accumulator``)."""
+    g = load_graph({"format": 1.1, "name": "mean", "inputs": [
+        {"name": "x", "shape": [2, 3], "dtype": dtype, "value": [[value, value, value], [value, 1, value]]}],
+        "ops": [{"name": "m", "op": "reduce_mean", "inputs": ["x"], "attrs": {"axes": [-1]}}], "outputs": ["m"]})
+    assert run_reference(g)["m"][0] == np.float32(value)
+    check(g, strategies=("none", "ilp"))
 
 
 @pytest.mark.parametrize("source,to,stated,values", [

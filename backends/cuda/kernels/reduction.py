@@ -164,9 +164,11 @@ def _contiguous_rows(layout: _Layout) -> bool:
 
 def _row_contiguous(shape: tuple[int, ...], layout: _Layout) -> bool:
     """Whether a tensor of ``shape``, read at the row's elements broadcast as NumPy
-    does, holds a row's elements consecutively: its trailing axes are the reduced ones."""
+    does, holds a row's elements consecutively: its trailing axes are the reduced ones.
+    One of a higher rank than the rows' tensor is read at no row element (an epilogue
+    over a larger space reads it), so never along the row."""
     k = len(layout.axes)
-    return len(shape) >= k and tuple(shape[len(shape) - k:]) == layout.reduced_shape
+    return k <= len(shape) <= len(layout.shape) and tuple(shape[len(shape) - k:]) == layout.reduced_shape
 
 
 def _vector_width(g, layout: _Layout, length: int, sources: list[str], row_dtypes: list[str],
