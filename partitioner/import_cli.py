@@ -159,7 +159,10 @@ def _convert(args: argparse.Namespace, name: str) -> ImportResult:
     dims = _factory_kwargs(args.dim)
     program = _torch_program(torch_importer, args.source, dims)
     call = f"({', '.join(f'{k}={v!r}' for k, v in dims.items())})" if ":" in args.source else ""
-    return torch_importer.convert(program, name, f"{args.source}{call} via {torch_importer.SOURCE}")
+    try:
+        return torch_importer.convert(program, name, f"{args.source}{call} via {torch_importer.SOURCE}")
+    except GraphError as exc:  # the converter knows no file: name the source it came from
+        raise GraphError(f"{args.source}: {str(exc).removeprefix('<torch>: ')}") from None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -386,6 +386,13 @@ FACTORY = textwrap.dedent("""
         import sys
         sys.exit(0)
 
+    class Complex(torch.nn.Module):
+        def forward(self, x):
+            return torch.view_as_complex(x).abs()
+
+    def cplx():
+        return Complex(), (torch.zeros(4, 2),)
+
     def chatty():
         print("building the model")
         return Tiny(4), (torch.zeros(3, 4),)
@@ -429,6 +436,8 @@ def test_cli_imports_a_factory_and_a_saved_program(tmp_path, capsys, monkeypatch
     ("{module}:dynamic", "torch.export failed: GuardOnDataDependentSymNode"),
     # exit 0, no file and no word
     ("{module}:leaves", "the factory called sys.exit(0) instead of returning"),
+    # the line named "<torch>", not the factory
+    ("{module}:cplx", "models.py:cplx: op '"),
 ])
 def test_cli_bad_torch_sources_are_one_line_and_exit_2(tmp_path, capsys, source, message):
     module = tmp_path / "models.py"
