@@ -92,30 +92,25 @@ def guarded(prog: str, run: Callable[[], int], bad_input: tuple[type[BaseExcepti
         return BROKEN_PIPE
     except OutputError as exc:
         _discard_output()
-        _complain(f"{prog}: error: cannot write the output to stdout: {exc}")
+        note(f"{prog}: error: cannot write the output to stdout: {exc}")
         return 2
     except bad_input as exc:
-        _complain(f"{prog}: error: {' '.join(str(exc).split())}")
+        note(f"{prog}: error: {' '.join(str(exc).split())}")
         return 2
     except KeyboardInterrupt:
-        _complain(f"{prog}: interrupted")
+        note(f"{prog}: interrupted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the commands' last line of defence: one line, exit 1
         if os.environ.get("PARTITIONER_DEBUG"):
             traceback.print_exc()
-        _complain(f"{prog}: internal error: {type(exc).__name__}: {exc}")
+        note(f"{prog}: internal error: {type(exc).__name__}: {exc}")
         return 1
 
 
-def _complain(line: str) -> None:
-    """Say ``line`` on stderr; where stderr cannot take it (``2>/dev/full``), the exit
-    status alone says what happened."""
-    note(line)
-
-
 def note(text: str) -> None:
-    """Say ``text`` (a line, or lines) on stderr, where a command's notes go; a
-    stderr that cannot take it (``2>/dev/full``) never stops the command."""
+    """Say ``text`` (a line, or lines) on stderr, where a command's notes and errors
+    go; a stderr that cannot take it (``2>/dev/full``) never stops the command, and
+    the exit status alone says what happened."""
     try:
         print(text, file=sys.stderr, flush=True)
     except OSError:
