@@ -357,7 +357,25 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     values = {**base, **given, "name": data.get("name", path.stem)}
     values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
     _check_integer_time(spec, values["hbm_bandwidth_gb_per_s"], values["launch_overhead_us"])
+    _check_budgets(spec, values)
     return Hardware(**values)
+
+
+#: Budgets each no larger than the next: a block's shared memory by default, with
+#: the opt-in, and an SM's; a thread's registers and an SM's (CUDA C++ Programming
+#: Guide, Technical Specifications per Compute Capability: every GPU's table holds these).
+_BUDGET_ORDER = [("smem_per_block_default_bytes", "smem_per_block_optin_bytes"),
+                 ("smem_per_block_optin_bytes", "smem_per_sm_bytes"),
+                 ("registers_per_thread", "registers_per_sm")]
+
+
+def _check_budgets(spec: str, values: dict) -> None:
+    """Refuse budgets no GPU has, one above what holds it: a plan checked against
+    them would be checked against neither."""
+    for small, large in _BUDGET_ORDER:
+        if values[small] > values[large]:
+            raise HardwareError(f"{spec}: {small} {values[small]} is above {large} {values[large]}, "
+                                f"which holds it")
 
 
 def _check_integer_time(spec: str, bandwidth_gb_per_s: float, launch_overhead_us: float) -> None:

@@ -19,7 +19,7 @@ import yaml
 
 from .composites import COMPOSITES, Primitive, expand
 from .dtypes import DTYPES, DTYPES_1_1
-from .errors import GraphError, InferenceError
+from .errors import GraphError, InferenceError, SizeError
 from .graph import Graph, Op
 from . import onnx_semantics
 from .ops import REGISTRY, Attr, TensorType
@@ -251,6 +251,7 @@ def _build_ops(ctx: _Context, entry: dict, tensors: dict[str, TensorType], user_
         else:
             out = _infer_primitive(ctx, prim, tensors, name)
         promoted = out.dtype
+        _check_size(ctx, f"op '{prim.name}'", out)  # before the stated shape: an overflow is the problem to name
         if prim.name == name:
             if "shape" in entry and tuple(entry["shape"]) != out.shape:
                 raise ctx.error(f"stated shape {entry['shape']} disagrees with the inferred shape {list(out.shape)}", name)
@@ -279,10 +280,11 @@ def format_1_1_feature(data: dict, tensors: dict[str, TensorType] | None = None)
 
 
 def _check_size(ctx: _Context, what: str, t: TensorType) -> None:
-    """Reject a tensor above :data:`MAX_TENSOR_BYTES` (the exact integer costs must fit 64 bits)."""
+    """Reject a tensor above :data:`MAX_TENSOR_BYTES` (the exact integer costs must fit
+    64 bits) with a :class:`SizeError`."""
     if t.nbytes > MAX_TENSOR_BYTES:
-        raise ctx.error(f"{what}: {t.dtype}{list(t.shape)} is {t.nbytes:.3g} bytes, above the format's limit of "
-                        f"2^40 bytes (1 TiB) per tensor")
+        raise SizeError(str(ctx.error(f"{what}: {t.dtype}{list(t.shape)} is {t.nbytes:.3g} bytes, above the format's "
+                                      f"limit of 2^40 bytes (1 TiB) per tensor")))
 
 
 def _native(value: Any) -> Any:
@@ -329,7 +331,6 @@ def _build(data: Any, ctx: _Context, path: str | None, default_name: str) -> Gra
     ops: dict[str, Op] = {}
     for entry in _order_ops(ctx, data):
         for op in _build_ops(ctx, entry, tensors, names):
-            _check_size(ctx, f"op '{op.name}'", op.out)
             ops[op.name] = op
     if data.get("format") == 1:
         feature = format_1_1_feature(data, tensors)

@@ -9,6 +9,7 @@ booleans, no timestamps. A key given twice in one mapping is an error.
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 
@@ -109,10 +110,20 @@ def yaml_error_message(exc: yaml.YAMLError) -> str:
     return f"malformed YAML{where}: {' '.join(str(problem).split())}"
 
 
+#: The longest graph or profile file read, 256 MiB: the largest graphs written are
+#: under 1 MB (weights go to the .npz side file), and an endless file (a link to
+#: /dev/zero) would otherwise fill memory before the parser saw it.
+MAX_TEXT_BYTES = 1 << 28
+
+
 def read_text(path) -> str:
-    """A file's text as UTF-8. Raises ``OSError`` or ``UnicodeDecodeError``."""
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    """A file's text as UTF-8, at most :data:`MAX_TEXT_BYTES`. Raises ``OSError``
+    (``EFBIG`` for a longer file) or ``UnicodeDecodeError``."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise OSError(errno.EFBIG, f"longer than {MAX_TEXT_BYTES >> 20} MiB, far more than a graph or profile holds")
+    return data.decode("utf-8")
 
 
 def read_error_message(exc: Exception) -> str:

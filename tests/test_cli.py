@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from partitioner import cli, load_graph, partition
+from partitioner import cli, load_graph, partition, yamlio
 
 from .conftest import ROOT
 
@@ -209,6 +209,11 @@ def test_sizes_beyond_the_exact_cost_arithmetic_exit_2_in_one_line(capsys, tmp_p
         {"name": "y", "op": "exp", "inputs": ["b"]}]}))
     assert cli.main([str(graph)]) == 2
     assert "op 'b': float32[549755813888, 4] is 8.8e+12 bytes" in _one_line(capsys)
+    # a stated shape beside such a result: the overflow is the problem, not the shape
+    graph.write_text(json.dumps({"inputs": [], "outputs": ["r"], "ops": [
+        {"name": "r", "op": "arange", "attrs": {"start": 0, "limit": 1e30, "delta": 1}, "shape": [0]}]}))
+    assert cli.main([str(graph)]) == 2
+    assert f"{graph}: op 'r': float32[{int(1e30)}] is 4e+30 bytes, above the format's limit" in _one_line(capsys)
     # tensors within the limit, but a profile whose launch costs 10^9 s (the largest
     # number a profile may give), on a graph whose best heuristic plan the structural
     # bound cannot prove (the solver runs): its costs sum to past 2^62
@@ -234,6 +239,20 @@ def test_a_closed_pipe_ends_the_output_quietly():
     reader.stdout.close()
     assert reader.stderr.read() == b""
     assert reader.wait() == 141
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+@pytest.mark.parametrize("flag", [None, "--hardware"])
+def test_an_endless_file_is_refused_before_it_fills_memory(tmp_path, capsys, monkeypatch, flag):
+    """A graph or profile linked to /dev/zero was read until memory ran out (an
+    internal MemoryError under a memory limit, the machine's memory without one)."""
+    monkeypatch.setattr(yamlio, "MAX_TEXT_BYTES", 1 << 20)  # the same rule, without reading 256 MiB of zeros
+    endless = tmp_path / "endless.yaml"
+    endless.symlink_to("/dev/zero")
+    args = [str(ROOT / "graphs" / "softmax_f16.yaml"), flag, str(endless)] if flag else [str(endless)]
+    assert cli.main(args) == 2
+    err = _one_line(capsys)
+    assert str(endless) in err and "cannot read the file: longer than 1 MiB" in err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

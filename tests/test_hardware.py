@@ -86,6 +86,13 @@ def test_unknown_name():
     # a peak of 5e-324 made a FLOP's time overflow a float in the heuristics (exit 1)
     ("base: h100\npeak_fp16_tensor_tflops: 5.0e-324\nsources: {peak_fp16_tensor_tflops: x}\n",
      "peak_fp16_tensor_tflops: .* minimum"),
+    # budgets no GPU has were accepted, and every kernel was then reported over them
+    ("base: h100\nsmem_per_block_optin_bytes: 1000\nsources: {smem_per_block_optin_bytes: x}\n",
+     "smem_per_block_default_bytes 49152 is above smem_per_block_optin_bytes 1000"),
+    ("base: a100\nsmem_per_block_optin_bytes: 200000\nsources: {smem_per_block_optin_bytes: x}\n",
+     "smem_per_block_optin_bytes 200000 is above smem_per_sm_bytes 167936"),
+    ("base: h100\nregisters_per_sm: 128\nsources: {registers_per_sm: x}\n",
+     "registers_per_thread 255 is above registers_per_sm 128"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"

@@ -1682,6 +1682,12 @@ def _external_weight(location):
     # each was an internal error (exit 1) before
     (lambda: _graph_model([helper.make_node("Relu", ["X"], ["Y"])], [value("X", F, [1 << 40, 2])],
                           [value("Y", F, [1 << 40, 2])]), "above the format's limit of 2^40 bytes"),
+    # a Range of 1e30 elements, which ONNX's inference states as [0]: imported as a
+    # custom op of 0 elements, silently (exit 0)
+    (lambda: _graph_model([helper.make_node("Range", ["s", "l", "d"], ["Y"])], [], [value("Y", F, None)],
+                          [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in
+                           [("s", 0), ("l", 1e30), ("d", 1)]]),
+     "op 'Y': float32[1000000015047466219876688855040] is 4e+30 bytes, above the format's limit of 2^40 bytes"),
     (lambda: _graph_model([helper.make_node("Relu", ["X"], ["Y"])], [value("X", F, [-3])], [value("Y", F, [-3])]),
      "-3 is less than the minimum of 0"),
     (lambda: _graph_model([helper.make_node("Relu", ["X"], [""])], [value("X", F, [2])], [value("", F, [2])]),
@@ -1701,6 +1707,18 @@ def test_a_model_the_format_cannot_hold_is_one_line_and_exit_2(tmp_path, capsys,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(path) in err and message in err, err
     assert not (tmp_path / "out.yaml").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_an_endless_model_file_is_refused_before_it_fills_memory(tmp_path, capsys, monkeypatch):
+    """A model linked to /dev/zero was read until memory ran out."""
+    monkeypatch.setattr(onnx_importer, "MAX_MODEL_BYTES", 1 << 20)  # the rule, without reading 2 GiB of zeros
+    endless = tmp_path / "endless.onnx"
+    endless.symlink_to("/dev/zero")
+    assert cli.main(["import", str(endless), "-o", str(tmp_path / "out.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{endless}: not an ONNX model (longer than 2 GiB" in err, err
+
 
 
 @pytest.mark.parametrize("dims, message", [

@@ -22,7 +22,7 @@ import numpy as np
 import yaml
 
 from ..dtypes import cast_array, numpy_dtype
-from ..errors import GraphError
+from ..errors import GraphError, SizeError
 from ..exits import note
 from ..graph import Graph
 from ..loader import NAME_PATTERN, format_1_1_feature, load_graph
@@ -158,12 +158,14 @@ class GraphBuilder:
     Every op goes through :func:`load_graph` on its own (operands as inputs), so it
     meets every rule of the loader, and a stated shape that disagrees with the
     format's inference is caught here, where the importer can still turn the
-    source op into ``custom``.
+    source op into ``custom``; a result above the format's size limit raises
+    :class:`SizeError` naming ``label`` instead, as no stated shape can stand in.
     """
 
-    def __init__(self, name: str, source: str, reserved: Sequence[str] = ()):
+    def __init__(self, name: str, source: str, label: str, reserved: Sequence[str] = ()):
         self.name = name
         self.source = source
+        self.label = label  # what errors name: the source file, or <torch>
         self.inputs: list[dict] = []
         self.ops: list[dict] = []
         self.types: dict[str, TensorType] = {}
@@ -289,6 +291,8 @@ class GraphBuilder:
         }
         try:
             graph = load_graph(single)
+        except SizeError as exc:  # no custom op can stand in: its stated shape would hide the overflow
+            raise SizeError(f"{self.label}: {str(exc).split(': ', 1)[-1]}") from None
         except GraphError as exc:
             # "<graph>: op 'NAME': problem" -> "problem"
             raise Unmappable(str(exc).split(": ", 2)[-1]) from None

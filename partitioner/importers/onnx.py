@@ -33,6 +33,7 @@ from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError, InferenceError
 from .. import onnx_semantics
 from ..graph import Graph
+from ..yamlio import read_error_message
 from ..ops import broadcast_shapes, reshape_target
 from . import GraphBuilder, ImportResult, Unmappable, batch_norm, conv1d, conv3d, group_norm, report, sanitize
 
@@ -51,6 +52,9 @@ _ELEM_TYPES = {v: k for k, v in DTYPES.items()}
 
 # Known values up to this many elements are folded at import time; larger results are computed by the graph.
 FOLD_LIMIT = 1 << 16
+#: The longest .onnx file read: protobuf's 2 GiB message limit (larger weights live
+#: in external data files, read one tensor at a time).
+MAX_MODEL_BYTES = 1 << 31
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
@@ -86,9 +90,17 @@ def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
         return source, "<onnx>", None
     path = Path(source)
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        with open(path, "rb") as f:
+            data = f.read(MAX_MODEL_BYTES + 1)
     except FileNotFoundError:
         raise GraphError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise GraphError(f"{path}: {read_error_message(exc)}") from None
+    if len(data) > MAX_MODEL_BYTES:  # an endless file (a link to /dev/zero) would fill memory
+        raise GraphError(f"{path}: not an ONNX model (longer than 2 GiB, protobuf's limit; larger weights are "
+                         f"external data)")
+    try:
+        model = onnx.load_model_from_string(data)
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types for a file that is not ONNX
         raise GraphError(f"{path}: not an ONNX model ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     if not model.HasField("graph"):  # protobuf parses an empty file as an empty message
@@ -350,7 +362,7 @@ class _Converter:
         self.opset = opset
         self.opsets = {o.domain or "": o.version for o in model.opset_import}
         self.names = self._name_map()
-        self.b = GraphBuilder(name, source, reserved=self.names.values())
+        self.b = GraphBuilder(name, source, label, reserved=self.names.values())
         self.types = self._onnx_types()
         self.env: dict[str, Any] = {}
         self.consumed = {i for n in self.graph.node for i in [*n.input, *_node_outer_reads(n)]} | {

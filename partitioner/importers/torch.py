@@ -301,7 +301,7 @@ class _Converter:
     def __init__(self, program: ExportedProgram, name: str, source: str):
         self.program = program
         nodes = list(program.graph.nodes)
-        self.b = GraphBuilder(name, source, reserved=[n.name for n in nodes])
+        self.b = GraphBuilder(name, source, "<torch>", reserved=[n.name for n in nodes])
         self.env: dict[Node, Any] = {}
 
     # ---------------------------------------------------------------- driver
