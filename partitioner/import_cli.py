@@ -115,6 +115,21 @@ def _factory(spec: str):
         raise GraphError(f"{spec}: cannot load the factory ({type(exc).__name__}: {exc})") from None
 
 
+def _archive_error(source: str) -> Exception | None:
+    """Why the archive reader refused ``source``: ``torch.export.load`` logs it (held
+    back by ``quiet``) and raises "Please check the warnings above", which the user
+    cannot see. ``None`` where it reads, or where this torch has no such reader."""
+    try:
+        from torch.export.pt2_archive._package import load_pt2
+
+        load_pt2(source)
+    except ImportError:
+        return None
+    except Exception as exc:  # noqa: BLE001 - torch raises several types for a bad archive
+        return exc
+    return None
+
+
 def _torch_program(torch_importer, source: str, kwargs: dict[str, object]):
     """The ExportedProgram for a ``.pt2`` file or a factory (raises GraphError)."""
     import torch  # the torch extra is present: extra("torch") succeeded
@@ -129,7 +144,9 @@ def _torch_program(torch_importer, source: str, kwargs: dict[str, object]):
             with torch_importer.quiet():  # torch logs the archive's traceback before raising
                 return torch.export.load(source)
         except Exception as exc:  # noqa: BLE001 - torch raises several types for a bad archive
-            raise GraphError(f"{source}: not a torch.export program ({type(exc).__name__}: {exc})") from None
+            cause = (_archive_error(source) if "warnings above" in str(exc) else None) or exc
+            raise GraphError(f"{source}: not a torch.export program ({type(cause).__name__}: "
+                             f"{' '.join(str(cause).split())})") from None
     factory = _factory(source)
     try:
         with contextlib.redirect_stdout(sys.stderr):  # what it prints is no graph: stdout stays empty

@@ -462,12 +462,19 @@ def test_a_file_that_is_no_saved_program_is_one_line(tmp_path):
     import subprocess
     import sys
 
+    import zipfile
+
     junk = tmp_path / "junk.pt2"
     junk.write_bytes(bytes(range(256)) * 2)
-    done = subprocess.run([sys.executable, "-m", "partitioner.cli", "import", str(junk), "-o",
-                           str(tmp_path / "out.yaml")], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "junk.pt2: not a torch.export program" in done.stderr
+    with zipfile.ZipFile(tmp_path / "zip.pt2", "w") as archive:  # torch's error pointed to the warnings it logged
+        archive.writestr("notes.txt", "no program here")
+    for source, why in [(junk, "(BadZipFile: File is not a zip file)"),
+                        (tmp_path / "zip.pt2", "file in archive is not in a subdirectory: notes.txt)")]:
+        done = subprocess.run([sys.executable, "-m", "partitioner.cli", "import", str(source), "-o",
+                               str(tmp_path / "out.yaml")], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert f"{source.name}: not a torch.export program" in done.stderr and why in done.stderr, done.stderr
+        assert "warnings above" not in done.stderr
 
 
 class IndexAndPool(nn.Module):
