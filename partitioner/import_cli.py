@@ -52,6 +52,8 @@ def _onnx_dims(dims: list[tuple[str, str]]) -> dict[str, int]:
     bound once (raises GraphError)."""
     bound: dict[str, int] = {}
     for name, value in dims:
+        # a size holds no '=', a dim_param may ("n=2"): the value follows the last one
+        name, _, value = f"{name}={value}".rpartition("=")
         if not value.isdigit() or int(value) > MAX_DIM:
             raise GraphError(f"--dim {name}={value}: an ONNX dimension takes an integer from 0 to 2^40")
         if name in bound and bound[name] != int(value):

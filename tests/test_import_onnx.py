@@ -1720,6 +1720,17 @@ def test_an_endless_model_file_is_refused_before_it_fills_memory(tmp_path, capsy
     assert err.count("\n") == 1 and f"{endless}: not an ONNX model (longer than 2 GiB" in err, err
 
 
+def test_a_dim_param_holding_an_equals_sign_binds_as_the_error_says(tmp_path, capsys):
+    """The error said to bind 'n=2' with --dim n=2=VALUE, which then bound 'n' to '2=8'."""
+    path = tmp_path / "m.onnx"
+    x, y = value("x", F, ["n=2", 4]), value("y", F, ["n=2", 4])
+    onnx.save(_graph_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y]), path)
+    out = tmp_path / "out.yaml"
+    assert cli.main(["import", str(path), "-o", str(out)]) == 2
+    assert "bind it with --dim n=2=VALUE" in capsys.readouterr().err
+    assert cli.main(["import", str(path), "-o", str(out), "--dim", "n=2=8"]) == 0
+    assert partitioner.load_graph(out).inputs["x"].shape == (8, 4)
+
 
 @pytest.mark.parametrize("dims, message", [
     (["batch=99999999999999999999"], "an ONNX dimension takes an integer from 0 to 2^40"),  # overflowed int64
