@@ -476,7 +476,7 @@ class _Search:
         g = self.graph
         derived = g.input_derived_mask
         copyable = sum(1 << i for i in bits(mask & self.recomputable & ~derived) if g.readers_of[i] & ~mask)
-        able = [i for i in bits(mask & derived) if g.readers_of[i] & (~mask | copyable)
+        able = [i for i in bits(mask & derived & self.recomputable) if g.readers_of[i] & (~mask | copyable)
                 and not g.ancestors_mask[i] & g.compute_mask & ~mask]
         out = [0]
         for r in range(1, len(able) + 1):

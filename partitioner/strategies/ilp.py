@@ -768,7 +768,10 @@ def _solve(graph: Graph, hw: Hardware, kind: str, masks: list[int], costs: list[
     best: _Solved | None = None
     budget, bound, proven, stopped, totals = limit, math.inf, complete, False, [0, 0, 0, 0]
     free_sets = scenarios(graph, masks, recomputed)
-    classes = _Allowed(graph, masks, recomputed) if len(free_sets) > 1 else None
+    # a candidate recomputing an op no scenario frees is dropped even where the only
+    # scenario is none (it would be taken as the op's one write)
+    derived = graph.input_derived_mask
+    classes = _Allowed(graph, masks, recomputed) if any(r & derived for r in recomputed) else None
     solved_sets = 0
     for free in free_sets:
         if classes is None:  # nothing is recomputed: every candidate
