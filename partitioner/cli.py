@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 from backends.base import BackendError, load_backend
@@ -27,7 +26,7 @@ from .hardware import PROFILES, load_hardware
 from .import_cli import main as import_main
 from .loader import load_graph
 from .report import HEURISTICS, explain_text, json_report, output_width, resource_table, text_report
-from .strategies import STRATEGIES, compare, partition
+from .strategies import STRATEGIES, compare, partition, time_limit_problem
 from .values import provenance, provenance_text
 
 
@@ -224,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return import_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.time_limit is not None and not (math.isfinite(args.time_limit) and args.time_limit > 0):
-        parser.error("--time-limit must be a positive, finite number of seconds")
+    if time_limit_problem(args.time_limit):
+        parser.error(f"--time-limit {time_limit_problem(args.time_limit)}")
     if args.max_ops < 1:
         parser.error("--max-ops must be at least 1")
     if args.recompute and args.strategy not in (None, "ilp") and not args.compare:

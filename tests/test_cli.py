@@ -76,10 +76,13 @@ def test_a_graph_too_large_to_run_here_exits_2_with_its_size(capsys, monkeypatch
     assert err.count("\n") == 1 and "more than the 0.0 GiB available" in err
 
 
-def test_bad_arguments_exit_2():
+@pytest.mark.parametrize("limit", ["0", "nan", "1.8e303"])  # the last was an internal OverflowError (exit 1)
+def test_bad_arguments_exit_2(capsys, limit):
     with pytest.raises(SystemExit) as info:
-        cli.main([GRAPH, "--time-limit", "0"])
-    assert info.value.code == 2
+        cli.main([GRAPH, "--time-limit", limit])
+    assert info.value.code == 2 and "--time-limit must be a number of seconds above 0 and at most 1e+09" in \
+        _one_line(capsys)
+    assert cli.main([GRAPH, "--time-limit", "1e9"]) == 0
 
 
 def test_internal_failure_exits_1_without_traceback(capsys, monkeypatch):

@@ -26,6 +26,23 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (NoFusion(), Greedy(), Xla
                                                       Ilp())}
 
 
+#: The largest time limit, nominal seconds (about 32 years): the budget is counted
+#: in whole units of work, and near 1e303 seconds their number overflowed a float.
+MAX_TIME_LIMIT = 1e9
+
+
+def time_limit_problem(time_limit) -> str | None:
+    """What keeps ``time_limit`` from being a budget, as a phrase ("must be ..."), or
+    ``None`` for a number of seconds above 0 and at most :data:`MAX_TIME_LIMIT` (or
+    ``None``, no limit)."""
+    if time_limit is None:
+        return None
+    if (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real) or not math.isfinite(time_limit)
+            or not 0 < time_limit <= MAX_TIME_LIMIT):
+        return f"must be a number of seconds above 0 and at most {MAX_TIME_LIMIT:.0e}"
+    return None
+
+
 def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h100",
               time_limit: float | None = None, max_ops: int = DEFAULT_MAX_OPS,
               progress: Progress | None = None, objective: str = "time", recompute: bool = False) -> Plan:
@@ -76,8 +93,8 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     KeyError
         An unknown strategy.
     ValueError
-        An unknown objective, a ``time_limit`` that is not a positive finite number,
-        or a ``max_ops`` below 1.
+        An unknown objective, a ``time_limit`` that is not a number of seconds in
+        (0, :data:`MAX_TIME_LIMIT`], or a ``max_ops`` below 1.
     HardwareError
         An unknown or malformed hardware profile.
 
@@ -97,9 +114,9 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
         raise KeyError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     if objective not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(OBJECTIVES)}")
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
-                                   or not math.isfinite(time_limit) or time_limit <= 0):
-        raise ValueError(f"time_limit must be a positive, finite number of seconds or None; got {time_limit!r}")
+    problem = time_limit_problem(time_limit)
+    if problem:
+        raise ValueError(f"time_limit {problem} or None; got {time_limit!r}")
     if isinstance(max_ops, bool) or not isinstance(max_ops, numbers.Integral) or max_ops < 1:
         raise ValueError(f"max_ops must be an int of at least 1; got {max_ops!r}")
     hw = load_hardware(hardware)
