@@ -3,10 +3,11 @@
 For each plan, the answer is one of:
 
 * ``together``: the two ops are in one group;
-* ``illegal``: the smallest group holding both, given the plan, breaks a fusion
-  rule or a budget (its :class:`~partitioner.legality.Decision`: the rule's code,
-  and for a budget the estimate and the limit);
-* ``cycle``: that group is legal, but with the plan's other groups it would close a
+* ``illegal``: the plan with the smallest group holding both, given the plan,
+  breaks a fusion rule or a budget (the rule's code, and for a budget the estimate
+  and the limit), the merged group's own or, with recomputation, one a copy makes
+  of the others (what a group writes depends on what the others recompute);
+* ``cycle``: that plan is legal group by group, but its groups would close a
   cycle between kernels (``plan.cycle``);
 * ``not cheaper`` / ``cheaper``: the plan with that group instead costs more (the
   plan's choice) or less (a merge the strategy did not make) under the plan's own
@@ -14,7 +15,8 @@ For each plan, the answer is one of:
 
 The smallest group holding both is the union of their two groups and of every
 group on a path between them (a group must be convex), with the views between
-them. Every figure comes from ``legality`` and ``cost``: nothing here restates a rule.
+them. The merged plan is judged and priced whole by :func:`partitioner.plan.evaluate`:
+nothing here restates a rule.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from .cost import UNITS, group_cost
+from .cost import UNITS, display_value, objective
 from .errors import GraphError, IllegalPlan
 from .group import Group
-from .legality import check_acyclic, decide, holders
-from .plan import Plan
+from .legality import holders
+from .plan import Plan, PlanCost, evaluate
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,8 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     """Whether ops ``a`` and ``b`` share a group in ``plan``, and if not, why.
 
     The groups between them (those on a path from one to the other) are merged
-    with theirs; the merged group is judged by :func:`partitioner.legality.decide`
-    and the plan by :func:`partitioner.legality.check_acyclic`, and priced by
-    :func:`partitioner.cost.group_cost`.
+    with theirs, and the plan with the merged group is judged and priced by
+    :func:`partitioner.plan.evaluate` against ``plan``.
 
     Parameters
     ----------
@@ -86,7 +87,7 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     Raises
     ------
     GraphError
-        ``a`` or ``b`` is not an op of the plan's graph.
+        ``a`` or ``b`` is not an op of the plan's graph, or they are one op.
 
     Examples
     --------
@@ -104,11 +105,9 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     g = plan.graph
     for name in (a, b):
         if name not in g.ops:
-            close = difflib.get_close_matches(name, g.ops, n=3)
-            hint = f"; close: {', '.join(map(repr, close))}" if close else ""
-            raise GraphError(f"{g.path or g.name}: --explain: '{name}' is not an op of the graph "
-                             f"(a composite op's parts are named COMPOSITE:part, e.g. 'sm:max' for a softmax 'sm'"
-                             f"{hint})")
+            raise GraphError(f"{g.path or g.name}: --explain: {_not_an_op(g, name)}")
+    if a == b:
+        raise GraphError(f"{g.path or g.name}: --explain: '{a}' is named twice; name two ops")
     groups = [c.group for c in plan.cost.groups]
     held = holders(groups)
     shared = sorted(set(held[a]) & set(held[b]))
@@ -118,26 +117,40 @@ def explain(plan: Plan, a: str, b: str) -> Explanation:
     owner = {name: ks[0] for name, ks in held.items()}
     ka, kb = owner[a], owner[b]
     merged_ids = _between(g, groups, owner, ka, kb)
-    merged = Group(g, _union(groups, merged_ids))
-    decision = decide(merged, plan.hardware, plan.max_ops)
-    if not decision.accepted:
-        return Explanation(plan.strategy, "illegal", (ka, kb), decision.reason, decision.message,
-                           used=decision.used, limit=decision.limit)
-    rest = [group for k, group in enumerate(groups) if k not in merged_ids]
-    try:
-        check_acyclic(g, [*rest, merged])
+    merged = g.names(_union(groups, merged_ids))
+    rest = [list(group.ops) for k, group in enumerate(groups) if k not in merged_ids]
+    try:  # the whole plan: under recomputation, what a group writes depends on the others
+        cost = evaluate(g, [*rest, merged], plan.hardware, plan.max_ops)
     except IllegalPlan as error:
-        return Explanation(plan.strategy, "cycle", (ka, kb), error.reason, error.message)
-    objective, unit = plan.objective, UNITS[plan.objective]
-    delta = group_cost(merged, plan.hardware, plan.max_ops).value(objective) - sum(
-        plan.cost.groups[k].value(objective) for k in merged_ids)
+        verdict = "cycle" if error.reason == "plan.cycle" else "illegal"
+        return Explanation(plan.strategy, verdict, (ka, kb), error.reason, error.message, used=error.used,
+                           limit=error.limit)
+    kind, unit = plan.objective, UNITS[plan.objective]
+    delta = display_value(_objective(cost, plan) - _objective(plan.cost, plan), plan.hardware, kind)
     if delta >= 0:
         return Explanation(plan.strategy, "not cheaper", (ka, kb),
-                           message=f"legal but not cheaper: +{delta:,.2f} {unit} modelled ({objective})",
+                           message=f"legal but not cheaper: +{delta:,.2f} {unit} modelled ({kind})",
                            delta=delta, unit=unit)
     return Explanation(plan.strategy, "cheaper", (ka, kb),
-                       message=f"legal and {-delta:,.2f} {unit} cheaper (modelled {objective}): {plan.strategy} "
+                       message=f"legal and {-delta:,.2f} {unit} cheaper (modelled {kind}): {plan.strategy} "
                                f"did not merge them", delta=delta, unit=unit)
+
+
+def _objective(cost: PlanCost, plan: Plan) -> int:
+    """A priced plan's exact integer objective: the sign of a difference is never a
+    float's rounding."""
+    return sum(objective(c.group, plan.hardware, plan.objective) for c in cost.groups)
+
+
+def _not_an_op(g, name: str) -> str:
+    """Why ``name`` is no op, with the names it may have meant."""
+    if name in g.inputs:
+        return f"'{name}' is a graph input, not an op: name an op that reads it"
+    folded = [n for n in g.ops if n.lower() == name.lower()]
+    close = folded + [n for n in difflib.get_close_matches(name, g.ops, n=3) if n not in folded]
+    hint = f"; close: {', '.join(map(repr, close[:3]))}" if close else ""
+    return (f"'{name}' is not an op of the graph (a composite op's parts are named COMPOSITE:part, e.g. 'sm:max' "
+            f"for a softmax 'sm'{hint})")
 
 
 def _union(groups: list[Group], ids) -> int:
