@@ -173,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.draw:
         data["drawn"] = str(draw(plan, args.draw, args.draw_view))
         shown = "clusters of their ops" if resolve_view(plan, args.draw_view) == "ops" else "one node each"
-        text.append(f"drawn     {args.draw}: {sum(g.kind != 'view' for g in plan.cost.groups)} kernel(s), "
+        text.append(f"drawn     {args.draw}: {plan.cost.launches} kernel(s), "
                     f"{shown}\n")
     if args.emit or args.compile:
         backend = load_backend(args.emit or "cuda", arch=args.arch)

@@ -14,12 +14,14 @@ Two views. The *op view* draws
   labelled with its name and op kind; views (reshapes) small and
   grey; graph inputs as grey ellipses; graph outputs with a double border;
 * edges that cross from one kernel into another (or from an input into a kernel)
-  labelled with the tensor's size in MB: what that kernel reads from memory.
+  labelled with what that kernel reads of the tensor from memory, as the cost
+  model counts it (``Group.bytes_read_of``: a slice its elements, a gather its
+  rows), once per tensor and kernel, on the first such edge.
 
 The *kernel view*, for large graphs, draws one node per kernel (DOT id
 ``k<group index>``) with its kind, modelled time and first and last ops, and one
 edge per pair of kernels that pass data, labelled with the MB the consumer reads
-from the producer; views between kernels are looked through. ``view="auto"``
+from the producer (as the cost model counts them); views between kernels are looked through. ``view="auto"``
 picks the op view up to ``OPS_VIEW_LIMIT`` ops. Both carry a legend of the kind
 colours.
 """
@@ -79,7 +81,8 @@ def to_dot(plan: Plan, view: str = "auto"):
     -------
     graphviz.Digraph
         Kernels coloured by kind and labelled with their modelled time, edges that
-        cross kernels labelled with the tensor's size, and a colour legend.
+        cross kernels labelled with what the kernel reads of the tensor (once per
+        tensor and kernel), and a colour legend.
 
     Examples
     --------
@@ -122,6 +125,8 @@ def resolve_view(plan: Plan, view: str) -> str:
 
 def _label(k: int, group) -> str:
     label = f"#{k} {group.kind}, {group.modeled_time_us:,.2f} us"
+    if not group.launches:  # a group of zero-element results: drawn, never launched
+        label += " (no elements: not launched)"
     if group.tiling is not None:
         t = group.tiling
         label += f"\n{t.block_m}x{t.block_n} tiles, {t.k_tiles} K/V tile(s) per block"
@@ -132,7 +137,8 @@ def _legend(plan: Plan, dot, kernels: bool) -> None:
     """One node listing the colour of each kind the plan uses, and what edges mean."""
     kinds = list(dict.fromkeys(g.kind for g in plan.cost.groups if g.kind != "view"))
     rows = "".join(f'<TR><TD BGCOLOR="{KIND_COLOURS.get(k, "#eeeeee")}">{k}</TD></TR>' for k in kinds)
-    edges = "MB the consumer kernel reads" if kernels else "MB read across kernels (views dashed)"
+    edges = "MB the consumer kernel reads" if kernels else "MB a kernel reads of a tensor, on its first edge in " \
+        "(views dashed)"
     dot.node("legend", f'<<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0"><TR><TD><B>kernel kinds</B></TD></TR>'
                        f'{rows}<TR><TD>edges: {edges}</TD></TR></TABLE>>', shape="plaintext", style="")
 
@@ -150,7 +156,7 @@ def _kernel_view(plan: Plan, dot) -> None:
         for base in group.group.reads:
             producer = owner.get(base)
             if producer is not None and producer != k:
-                passed[(producer, k)] = passed.get((producer, k), 0) + g.tensor(base).nbytes
+                passed[(producer, k)] = passed.get((producer, k), 0) + group.group.bytes_read_of[base]
     for (producer, consumer), nbytes in sorted(passed.items()):
         dot.edge(f"k{producer}", f"k{consumer}", label=_mb(nbytes), color="#c2410c", fontcolor="#c2410c")
 
@@ -182,15 +188,25 @@ def _op_view(plan: Plan, dot) -> None:
                 else:
                     cluster.node(node(name, k), f"{name}\n{op.kind}{again}",
                                  peripheries="2" if name in outputs else "1")
+    labelled: set[tuple[str, int]] = set()
+
+    def read(base: str, k: int) -> str:
+        """What kernel ``k`` reads of ``base``, on the first edge that carries it there
+        (its readers' edges share one figure: the labels into a kernel sum to its reads)."""
+        if (base, k) in labelled or base not in plan.cost.groups[k].group.bytes_read_of:
+            return ""
+        labelled.add((base, k))
+        return _mb(plan.cost.groups[k].group.bytes_read_of[base])
+
     for k, (name, tensor) in enumerate(g.inputs.items()):
         if g.consumers.get(name):
             dot.node(f"in{k}", f"{name}\n{list(tensor.shape)}", shape="ellipse", style="filled",
                      fillcolor="#f3f4f6", color="#9ca3af", fontsize="8")
             for reader in g.consumers[name]:
-                label = "" if g.ops[reader].is_view else _mb(tensor.nbytes)
                 for kr in held[reader]:
+                    label = "" if g.ops[reader].is_view else read(name, kr)
                     dot.edge(f"in{k}", node(reader, kr), label=label, color="#9ca3af")
-    for u, v, data in g.dag.edges(data=True):
+    for u, v in g.dag.edges():
         for kv in held[v]:
             # a recomputed value is computed where it is read; any other comes from its one group
             ku = kv if kv in held[u] else held[u][0]
@@ -199,8 +215,8 @@ def _op_view(plan: Plan, dot) -> None:
             elif plan.cost.groups[kv].kind == "view":
                 dot.edge(node(u, ku), node(v, kv), style="dashed", color="#aaaaaa")  # a free view: no traffic
             else:
-                dot.edge(node(u, ku), node(v, kv), label=_mb(data["bytes"]), color="#c2410c", fontcolor="#c2410c",
-                         penwidth="1.4")
+                dot.edge(node(u, ku), node(v, kv), label=read(g.storage[u], kv), color="#c2410c",
+                         fontcolor="#c2410c", penwidth="1.4")
 
 
 def check_can_draw(path: str | Path) -> None:

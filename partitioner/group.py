@@ -182,18 +182,24 @@ class Group:
 
     @cached_property
     def bytes_read(self) -> int:
-        """Bytes read from global memory: per storage read, what the group's readers
-        of it touch (``Graph.touched_bytes``: a slice its elements, a gather at most
-        a table element per result element), summed and at most the storage."""
-        if self.empty:  # no element is computed, so no operand is read
-            return 0
+        """Bytes read from global memory: the sum of :attr:`bytes_read_of`."""
+        return sum(self.bytes_read_of.values())
+
+    @cached_property
+    def bytes_read_of(self) -> dict[str, int]:
+        """Per storage read (:attr:`reads`), the bytes read of it from global memory:
+        what the group's readers of it touch (``Graph.touched_bytes``: a slice its
+        elements, a gather at most a table element per result element), summed and
+        at most the storage; 0 for each in a group of no elements."""
         g = self.graph
         touched = dict.fromkeys(self.reads, 0)
+        if self.empty:  # no element is computed, so no operand is read
+            return touched
         for op in self.compute:
             for base in g.storage_reads[op.name]:
                 if base in touched:
                     touched[base] += g.touched_bytes(op.name, base)
-        return sum(min(g.tensor(s).nbytes, n) for s, n in touched.items())
+        return {s: min(g.tensor(s).nbytes, n) for s, n in touched.items()}
 
     @cached_property
     def bytes_written(self) -> int:

@@ -14,7 +14,7 @@ import pytest
 from partitioner import cli, load_graph, partition
 from partitioner.draw import OPS_VIEW_LIMIT, draw, to_dot
 
-from .conftest import ROOT
+from .conftest import ROOT, make_graph, op
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None,
                                reason="Graphviz's dot is not installed (Debian package graphviz)")
@@ -138,3 +138,38 @@ def test_free_text_names_draw_and_an_empty_draw_path_is_refused(tmp_path, capsys
     with pytest.raises(SystemExit) as info:
         cli.main([str(graph), "--draw", ""])
     assert info.value.code == 2 and "--draw needs a file name" in capsys.readouterr().err
+
+
+def test_an_edge_carries_what_the_kernel_reads_not_the_tensors_size():
+    """A slice's kernel read 1 MiB of a 4 MiB tensor, and a gather 16 rows of a
+    200 MB table, but their edges said 4.2 MB and 204.8 MB (found by a new user);
+    edges now carry the cost model's bytes, once per tensor and kernel."""
+    graph = make_graph({"x": [1024, 1024], "t": [50000, 1024], "i": ([16], "int64")}, [
+        op("p", "exp", ["x"]), op("s", "slice", ["p"], starts=[0], ends=[256], axes=[0]), op("q", "neg", ["s"]),
+        op("g", "gather", ["t", "i"], axis=0), op("h", "slice", ["t"], starts=[0], ends=[4], axes=[0]),
+        op("k", "relu", ["h"]), op("two", "add", ["x", "x"])], ["p", "q", "g", "k", "two"])
+    plan = partition(graph, "none")
+    edges = dict(re.findall(r"^\s*(\S+ -> \S+) \[label=\"([^\"]*)\"", to_dot(plan, "ops").source, re.M))
+    index = {name: f"op{i}" for i, name in enumerate(graph.order)}
+    assert edges[f"{index['p']} -> {index['s']}"] == "1.0 MB"  # 256 x 1024 float32
+    assert edges[f"in1 -> {index['g']}"] == "65.5 KB"  # 16 rows of 1024
+    assert edges[f"in1 -> {index['h']}"] == "16.4 KB" and edges[f"in2 -> {index['g']}"] == "128 B"
+    assert edges[f"in0 -> {index['two']}"] == "4.2 MB"  # x + x reads x once
+    kernel_edges = re.findall(r"^\s*(k\d+ -> k\d+) \[label=\"([^\"]*)\"", to_dot(plan, "kernels").source, re.M)
+    assert sorted(label for _, label in kernel_edges) == ["1.0 MB", "1.0 MB", "16.4 KB"]
+
+
+def test_a_group_of_no_elements_is_drawn_as_not_launched(tmp_path, capsys):
+    """The CLI said 6 kernels where the title said 4 launches: two groups compute
+    zero-element results, which launch nothing."""
+    graph = tmp_path / "zero.yaml"
+    graph.write_text("inputs:\n  - {name: x, shape: [0, 1024]}\n  - {name: w, shape: [512, 1024]}\n"
+                     "  - {name: y, shape: [256, 512]}\nops:\n  - {name: wt, op: transpose, inputs: [w]}\n"
+                     "  - {name: mm, op: matmul, inputs: [x, wt]}\n  - {name: r, op: relu, inputs: [mm]}\n"
+                     "  - {name: s, op: reduce_sum, inputs: [r], attrs: {axes: [0]}}\n"
+                     "  - {name: e, op: exp, inputs: [y]}\n  - {name: t, op: add, inputs: [e, s]}\noutputs: [r, t]\n")
+    out = tmp_path / "z.dot"
+    assert cli.main([str(graph), "--strategy", "none", "--draw", str(out)]) == 0
+    assert f"drawn     {out}: 4 kernel(s)" in capsys.readouterr().out
+    source = out.read_text()
+    assert "4 kernels" in source and source.count("(no elements: not launched)") == 2
