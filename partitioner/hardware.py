@@ -183,7 +183,8 @@ def _peak_tflops(hw: Hardware, dtype: str, contraction: bool) -> Fraction:
 
 
 def _femtojoules(picojoules: float) -> int:
-    """``picojoules`` in whole femtojoules (exact for figures of up to three decimals)."""
+    """``picojoules`` in whole femtojoules (exact: a profile's figures have at most
+    three decimals, :func:`_check_femtojoules`)."""
     return round(Fraction(str(picojoules)) * 1000)
 
 
@@ -272,9 +273,9 @@ _PROFILE_SCHEMA = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
-        "name": {"type": "string"},
+        "name": {"type": "string", "pattern": r"\S"},
         "base": {"enum": sorted(PROFILES)},
-        "sources": {"type": "object", "additionalProperties": {"type": "string"},
+        "sources": {"type": "object", "additionalProperties": {"type": "string", "pattern": r"\S"},
                     "propertyNames": {"enum": _NUMBER_FIELDS}},
         **{key: {"type": "integer" if key in _INTEGER_FIELDS else "number", "exclusiveMinimum": 0,
                  "maximum": MAX_PROFILE_VALUE, **({"minimum": MIN_PEAK_TFLOPS} if key.startswith("peak_") else {})}
@@ -345,7 +346,8 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
     if error is not None:
         where = ".".join(str(p) for p in error.absolute_path)
-        raise HardwareError(f"{spec}: {where + ': ' if where else ''}{error.message}")
+        problem = "must not be empty" if error.validator == "pattern" else error.message  # (the pattern is \S)
+        raise HardwareError(f"{spec}: {where + ': ' if where else ''}{problem}")
     base = PROFILES[data["base"]].to_dict() if "base" in data else {}
     given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
     missing = [k for k in _REQUIRED_FIELDS if k not in given and k not in base]
@@ -356,9 +358,23 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: give a source for {', '.join(unsourced)} under 'sources'")
     values = {**base, **given, "name": data.get("name", path.stem)}
     values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
+    builtin = PROFILES.get(values["name"].lower())
+    if builtin is not None and any(values[k] != getattr(builtin, k) for k in _NUMBER_FIELDS):
+        raise HardwareError(f"{spec}: the profile is named {values['name']!r}, a built-in profile's name, but "
+                            f"changes its numbers: give it a name of its own (name: ...)")
     _check_integer_time(spec, values["hbm_bandwidth_gb_per_s"], values["launch_overhead_us"])
+    _check_femtojoules(spec, given)
     _check_budgets(spec, values)
     return Hardware(**values)
+
+
+def _check_femtojoules(spec: str, given: dict) -> None:
+    """The energy objective counts whole femtojoules (:func:`_femtojoules`): an energy
+    of a fraction of one would be rounded silently (0.0004 pJ a byte to none)."""
+    for key in ENERGY_SOURCES:
+        if key in given and (Fraction(str(given[key])) * 1000).denominator != 1:
+            raise HardwareError(f"{spec}: {key} {given[key]} is not a whole number of femtojoules (0.001 pJ): "
+                                f"give at most three decimals")
 
 
 #: Budgets each no larger than the next: a block's shared memory by default, with

@@ -93,6 +93,16 @@ def test_unknown_name():
      "smem_per_block_optin_bytes 200000 is above smem_per_sm_bytes 167936"),
     ("base: h100\nregisters_per_sm: 128\nsources: {registers_per_sm: x}\n",
      "registers_per_thread 255 is above registers_per_sm 128"),
+    # energies of a fraction of a femtojoule were rounded: 0.0004 pJ a byte to 0, 31.23456 to 31.235
+    ("base: h100\nhbm_pj_per_byte: 0.0004\nsources: {hbm_pj_per_byte: x}\n",
+     "hbm_pj_per_byte 0.0004 is not a whole number of femtojoules"),
+    ("base: h100\ntensor_pj_per_flop: 31.23456\nsources: {tensor_pj_per_flop: x}\n",
+     "tensor_pj_per_flop 31.23456 is not a whole number of femtojoules"),
+    # a profile that says it is h100 but is not: its plans said "h100" with other numbers
+    ("name: h100\nbase: h100\nhbm_bandwidth_gb_per_s: 100\nsources: {hbm_bandwidth_gb_per_s: x}\n",
+     "named 'h100', a built-in profile's name, but changes its numbers"),
+    ("name: a\nbase: h100\nsm_count: 100\nsources: {sm_count: ''}\n", "sources.sm_count: must not be empty"),
+    ("name: ' '\nbase: h100\n", "name: must not be empty"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
