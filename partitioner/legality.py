@@ -57,7 +57,7 @@ from .cost import DEFAULT_MAX_OPS, budget_overruns
 from .errors import IllegalPlan
 from .graph import Graph, Op, bits
 from .group import Group
-from .hardware import Hardware
+from .hardware import Hardware, load_hardware
 
 # ---------------------------------------------------------------- group shape
 
@@ -422,7 +422,7 @@ def _check_reduction(group: Group) -> RowStructure:
 # ---------------------------------------------------------------- entry points
 
 
-def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> None:
+def check_group(group: Group, hw: Hardware | str, max_ops: int = DEFAULT_MAX_OPS) -> None:
     """Raise :class:`IllegalPlan` if ``group`` breaks a fusion rule or a budget.
 
     The rules and budgets are listed with their codes in ``docs/legality.md``; a
@@ -433,9 +433,10 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     ----------
     group : Group
         The candidate fusion group (:meth:`Group.of`).
-    hw : Hardware
+    hw : Hardware or str
         Supplies the shared-memory (bytes), register (per thread) and kernel
-        parameter (bytes) limits.
+        parameter (bytes) limits: a profile, or its name or file as
+        :func:`partitioner.load_hardware` takes them.
     max_ops : int
         The cap on non-view ops per group.
 
@@ -444,6 +445,8 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     IllegalPlan
         The first rule broken: ``.reason`` its code, ``.ops`` the ops involved, and
         for a ``budget.*`` code ``.used`` and ``.limit``.
+    HardwareError
+        ``hw`` names no profile.
 
     Examples
     --------
@@ -458,6 +461,7 @@ def check_group(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> N
     """
     if not group.mask:
         raise IllegalPlan("partition.empty_group", "a group has no ops")
+    hw = load_hardware(hw)  # (as partition and evaluate take it)
     g = group.graph
     _check_convex(group)
     _check_connected(group)
@@ -516,15 +520,15 @@ class Decision:
 ACCEPTED = Decision()
 
 
-def decide(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Decision:
+def decide(group: Group, hw: Hardware | str, max_ops: int = DEFAULT_MAX_OPS) -> Decision:
     """The :class:`Decision` on ``group``: :func:`check_group` as a value.
 
     Parameters
     ----------
     group : Group
         The candidate fusion group.
-    hw : Hardware
-        Supplies the budgets' limits.
+    hw : Hardware or str
+        Supplies the budgets' limits (a profile, or its name or file).
     max_ops : int
         The cap on non-view ops per group.
 
@@ -555,15 +559,15 @@ def decide(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> Decisi
     return ACCEPTED
 
 
-def is_legal(group: Group, hw: Hardware, max_ops: int = DEFAULT_MAX_OPS) -> bool:
+def is_legal(group: Group, hw: Hardware | str, max_ops: int = DEFAULT_MAX_OPS) -> bool:
     """Whether ``group`` passes :func:`check_group`.
 
     Parameters
     ----------
     group : Group
         The candidate fusion group.
-    hw : Hardware
-        Supplies the budgets' limits.
+    hw : Hardware or str
+        Supplies the budgets' limits (a profile, or its name or file).
     max_ops : int
         The cap on non-view ops per group.
 

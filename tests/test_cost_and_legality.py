@@ -335,3 +335,15 @@ def test_a_slice_charges_the_bytes_it_touches_and_a_gather_the_rows_it_can_read(
                    [op("rows", "gather", ["table", "ids"])], ["rows"])
     gather = evaluate(g, [["rows"]]).groups[0]
     assert gather.bytes_read == 8 * 128 * 768 * 2 + 8 * 128 * 8  # at most one row per index, and the indices
+
+
+def test_the_legality_api_takes_a_profile_by_name_as_partition_and_evaluate_do():
+    """``decide(group, "h100")`` raised AttributeError ('str' has no registers_per_thread)."""
+    from partitioner import HardwareError
+    from partitioner.legality import decide, is_legal
+
+    g = make_graph({"x": [4096, 4096]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"])], ["b"])
+    group = Group.of(g, ["a", "b"])
+    assert decide(group, "h100") == decide(group, PROFILES["h100"]) and is_legal(group, "H100")
+    with pytest.raises(HardwareError, match="unknown hardware 'v100'"):
+        decide(group, "v100")
