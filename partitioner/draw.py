@@ -117,7 +117,10 @@ def to_dot(plan: Plan, view: str = "auto"):
 
 
 def resolve_view(plan: Plan, view: str) -> str:
-    """``ops`` or ``kernels``: the view ``view`` (``auto``, ``ops``, ``kernels``) draws ``plan`` in."""
+    """``ops`` or ``kernels``: the view ``view`` (``auto``, ``ops``, ``kernels``) draws
+    ``plan`` in. Raises ``ValueError`` for another ``view``."""
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; use one of {', '.join(VIEWS)}")
     if view == "auto":
         return "kernels" if len(plan.graph.ops) > OPS_VIEW_LIMIT else "ops"
     return view

@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
                        "file.py:factory (returns an ExportedProgram or (module, example_inputs)). "
                        "The import summary is printed on stderr. See docs/importers.md.")
     p.add_argument("source", help="a .onnx file, a .pt2 file, or MODULE:FACTORY")
-    p.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.yaml", help="graph file to write")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.yaml", help="graph file to write")
     p.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
                    help="bind an ONNX dynamic dimension, or pass a keyword argument to a torch factory (repeatable)")
     p.add_argument("--name", help="the graph's name (default: OUT's file name without its suffix)")
@@ -185,12 +185,12 @@ def _convert(args: argparse.Namespace, name: str) -> ImportResult:
 
 
 def _run(args: argparse.Namespace) -> int:
-    out: Path = args.output
+    problem = unwritable(args.output)  # (of the text: a Path drops a trailing '/')
+    out = Path(args.output)
     if out.exists() and not args.force:
         raise GraphError(f"{out}: exists; pass --force to overwrite it")
     if out.suffix.lower() not in (".yaml", ".yml"):
         raise GraphError(f"{out}: the output must be a .yaml or .yml file")
-    problem = unwritable(out)
     if problem:
         raise GraphError(f"{out}: {problem}")
     result = _convert(args, args.name or out.stem)

@@ -1228,6 +1228,9 @@ def test_cli_imports_an_onnx_file(tmp_path, capsys):
     assert "exists; pass --force" in capsys.readouterr().err
     assert cli.main(["import", str(path), "-o", str(out), "--dim", "batch=4", "--force"]) == 0
     assert partitioner.load_graph(out).inputs["x"].shape == (4, 8)
+    # a trailing '/' names a directory: the file without it was written before
+    assert cli.main(["import", str(path), "-o", f"{tmp_path}/other.yaml/", "--dim", "batch=4"]) == 2
+    assert "ends in '/': it names a directory" in capsys.readouterr().err and not (tmp_path / "other.yaml").exists()
 
 
 @pytest.mark.parametrize("args, message", [
