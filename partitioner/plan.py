@@ -239,6 +239,7 @@ class Plan:
                 "gap": self.solver.gap,
                 **self.solver.details,
             },
+            "dead_ops": list(self.graph.dead_ops),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

@@ -297,12 +297,11 @@ def text_report(plan: Plan, comparison: list[Plan] | None = None, detailed: bool
 
 
 def json_report(plan: Plan, comparison: list[Plan] | None = None) -> dict:
-    """The plan as one JSON-ready object (see ``Plan.to_dict``), plus ``dead_ops`` and,
-    when given, ``comparison`` (each strategy's totals and solver status) and
+    """The plan as one JSON-ready object (``Plan.to_dict``) plus, when given,
+    ``comparison`` (each strategy's totals and solver status) and
     ``ilp_advantage`` / ``ilp_advantage_compilers`` (:func:`ilp_advantage` over every
     heuristic / over xla, tvm and inductor, when the comparison holds them and ilp)."""
     data = plan.to_dict()
-    data["dead_ops"] = list(plan.graph.dead_ops)
     if comparison:
         data["comparison"] = [
             {"strategy": p.strategy, **p.to_dict()["totals"], "solver": p.to_dict()["solver"]} for p in comparison
