@@ -238,6 +238,9 @@ def test_sizes_beyond_the_exact_cost_arithmetic_exit_2_in_one_line(capsys, tmp_p
     assert f"{graph}: the exact integer objective over" in err and "--strategy greedy" in err
     assert "hardware profile 'slow'" in err
     assert cli.main([str(graph), "--hardware", str(profile), "--strategy", "greedy"]) == 0
+    # the error's advice holds: --explain with --strategy greedy; not --report, which runs the ilp
+    assert "--report and --compare run the ilp too" in err
+    assert cli.main([str(graph), "--hardware", str(profile), "--strategy", "greedy", "--explain", "m", "e"]) == 0
 
 
 def test_a_closed_pipe_ends_the_output_quietly():

@@ -323,8 +323,8 @@ def _objective_unit(graph: Graph, hw: Hardware, costs: list[int]) -> int:
         raise SizeError(f"{graph.path or graph.name}: the exact integer objective over {len(costs):,} candidate "
                         f"groups sums to at least 2^{total.bit_length() - 1}, past the solver's limit of 2^62: the "
                         f"tensor bytes and the launch cost of hardware profile '{hw.name}' (or its energies, under "
-                        "--objective energy) are too large for the exact ilp; plan with a heuristic (--strategy "
-                        "greedy)")
+                        "--objective energy) are too large for the exact ilp; plan with a heuristic alone (--strategy "
+                        "greedy, also with --explain; --report and --compare run the ilp too)")
     return unit
 
 
