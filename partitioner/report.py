@@ -67,9 +67,15 @@ PIPED_WIDTH = 100
 TEXT_MIN = 16
 
 
+#: The narrowest layout: below it (``COLUMNS=10``) wrapping split numbers and names
+#: mid-word; the terminal wraps a 40-column line instead, whole.
+MIN_WIDTH = 40
+
+
 def output_width() -> int:
-    """Columns to lay text out in: the terminal's, else ``$COLUMNS``, else ``PIPED_WIDTH``."""
-    return shutil.get_terminal_size((PIPED_WIDTH, 24)).columns
+    """Columns to lay text out in: the terminal's, else ``$COLUMNS``, else
+    ``PIPED_WIDTH``; at least :data:`MIN_WIDTH`."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((PIPED_WIDTH, 24)).columns)
 
 
 def _fits(headers: list[str], rows: list[list[str]], wrapping: set[str], width: int) -> bool:

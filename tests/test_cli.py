@@ -185,9 +185,9 @@ def test_a_name_wider_than_the_line_folds_and_a_tiny_width_is_no_error(tmp_path,
         assert cli.main([str(graph), *args]) == 0
         out = capsys.readouterr().out
         assert max(len(line) for line in out.splitlines()) <= 40 and long[:30] in out.replace("\n", "")
-        monkeypatch.setenv("COLUMNS", "2")
+        monkeypatch.setenv("COLUMNS", "2")  # laid out at 40: 1 to 10 columns once split numbers mid-number
         assert cli.main([str(graph), *args]) == 0
-        capsys.readouterr()
+        assert max(len(line) for line in capsys.readouterr().out.splitlines()) == 40
 
 
 SIBLINGS = {"format": 1, "inputs": [{"name": "x", "shape": [64, 256]}],
