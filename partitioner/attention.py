@@ -17,11 +17,11 @@ must hold) computes, per score element, values of these *forms*:
             boolean mask, casts): computed exactly as the unfused ops compute it
 ``max``     ``reduce_max`` over the key axis of a floating-point ``raw`` value ``X``
 ``shifted`` ``X - max`` (``sub`` of that very ``X``, up to views)
-``exp``     ``exp(shifted)``, and casts of it
+``exp``     ``exp(shifted)``, and casts of it to a float as precise as the products
 ``sum``     ``reduce_sum`` over the key axis of an ``exp`` value ``E``
 ``inv``     ``reciprocal(sum)`` or ``1 / sum``
-``probs``   ``E / sum`` or ``E * inv`` (that same ``E``), and casts of it: ``C2``'s
-            first operand
+``probs``   ``E / sum`` or ``E * inv`` (that same ``E``), and casts of it as of
+            ``exp``: ``C2``'s first operand
 ``guard``   whether a row holds a score other than -inf: ``reduce_max`` over the key
             axis of ``X != -inf`` (``logical_not(eq(X, -inf))``), ``reduce_min`` of
             ``X == -inf``, and ``logical_not`` of these. ``where(dead, 0, probs)``
@@ -29,7 +29,10 @@ must hold) computes, per score element, values of these *forms*:
             ``_safe_softmax``, which gives rows of -inf only probabilities of 0
 =========== ========================================================================
 
-Views (``reshape``), ``identity`` and ``broadcast_to`` keep a value's form. This
+Views (``reshape``), ``identity`` and ``broadcast_to`` keep a value's form. Past
+``raw``, an op whose stated dtype is not the one it computes in keeps its form
+only where that dtype widens it (a narrower one could round a finite maximum to
+-inf, or truncate). This
 is exactly the algebra online softmax needs: ``exp(X - m)`` rescales by
 ``exp(m_old - m_new)`` as the running maximum grows, and division by the row sum
 commutes with the sum over keys, so it moves after ``C2``. A guarded row is one
@@ -59,7 +62,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .dtypes import FLOATS
+from .dtypes import FLOATS, epsilon
 from .errors import IllegalPlan
 from .graph import Graph, Op, bits
 from .group import Group
@@ -133,6 +136,7 @@ class _Analysis:
 
     def __init__(self, g: Graph, c1: Op):
         self.g = g
+        self.product = c1.promoted  # the products' dtype (the pair requires C2's to be the same)
         self.sq, self.sk = c1.out.shape[-2:]
         self.elems = math.prod(c1.out.shape)
         self.row_count = self.elems // self.sk if self.sk else 0
@@ -181,14 +185,30 @@ class _Analysis:
         return True
 
     def form_of(self, op: Op, ins: list[str]) -> str | None:
-        """The form of ``op``'s result, or ``None`` when online softmax cannot compute it."""
+        """The form of ``op``'s result, or ``None`` when online softmax cannot compute it.
+
+        Past the ``raw`` values (which the kernel computes as the unfused ops do, each
+        rounded to its dtype), the online algebra holds for the values themselves: an
+        op stated in a dtype other than the one it computes in has a form only where
+        that dtype widens it (a row maximum stated float16 rounds -1e5 to -inf, and
+        the row reads as one of -inf only; stated bfloat16, float32's -3.4e38 mask
+        fill; X - max stated int32 truncates), and a cast of ``exp`` or ``probs``
+        keeps its form only to a float as precise as the products' dtype, which the
+        kernel rounds them to anyway (a cast to bool or an integer is no probability)."""
+        form = self._form(op, ins)
+        if form in (None, "raw") or op.out.dtype == op.promoted or (op.promoted, op.out.dtype) in _WIDENING:
+            return form
+        return None
+
+    def _form(self, op: Op, ins: list[str]) -> str | None:
         forms = [self.forms[t] for t in ins]
         kind = op.kind
         if op.is_view or kind in _ALIAS_KINDS:
             self.alias[op.name] = self.root(ins[0])
             return forms[0]
         if kind == "cast" and forms[0] in ("raw", "exp", "probs"):
-            return forms[0]
+            keeps = forms[0] == "raw" or op.out.dtype in FLOATS and epsilon(op.out.dtype) <= epsilon(self.product)
+            return forms[0] if keeps else None
         if op.op_class == "reduction" and forms == ["raw"] and self.root(ins[0]) in self.predicates:
             return self._guard(op, *self.predicates[self.root(ins[0])])
         if op.op_class == "reduction":

@@ -132,6 +132,50 @@ def test_what_online_softmax_cannot_compute_is_rejected(mutation, code):
     assert reason(g, list(g.ops)) == code
 
 
+def _rounded(change, dtype="float32"):
+    """Scores through a primitive softmax with one op's value rounded or cast, as a
+    fuzz of the emulated kernels found them: the fused kernel dropped the rounding."""
+    ops = [op("s", "matmul", ["q", "kt"]), op("mx", "reduce_max", ["s"], axes=[-1], keepdims=True),
+           op("sh", "sub", ["s", "mx"]), op("e", "exp", ["sh"]),
+           op("su", "reduce_sum", ["e"], axes=[-1], keepdims=True), op("p", "div", ["e", "su"])]
+    named = {o["name"]: o for o in ops}
+    p = "p"
+    if change[0] == "stated":  # ("stated", op, dtype): the op's result stated in dtype
+        named[change[1]]["dtype"] = change[2]
+    else:  # ("cast", op, dtype): a cast of the op's result and back, in place of it
+        _, name, to = change
+        ops += [op(f"{name}_c", "cast", [name], dtype=to), op(f"{name}_b", "cast", [f"{name}_c"], dtype=dtype)]
+        for o in ops[ops.index(named[name]) + 1:-2]:
+            o["inputs"] = [f"{name}_b" if i == name else i for i in o["inputs"]]
+        p = "p_b" if name == "p" else "p"
+    ops.append(op("o", "matmul", [p, "v"]))
+    return make_graph({"q": [1, 4, 16], "kt": [1, 16, 130], "v": [1, 130, 16]}, ops, ["o"], dtype=dtype)
+
+
+@pytest.mark.parametrize("change, dtype", [
+    (("cast", "p", "bool"), "float16"),  # probabilities as 0/1: the kernel multiplied the probabilities
+    (("stated", "p", "bool"), "float32"),
+    (("cast", "e", "bool"), "float32"),  # the row sum of 0/1 values: the online rescale assumed exp
+    (("stated", "sh", "int32"), "float32"),  # X - max truncated
+    (("stated", "mx", "float16"), "float32"),  # -1e5 rounds to -inf: a live row read as all -inf
+    (("stated", "mx", "bfloat16"), "float32"),  # float32's -3.4e38 mask fill rounds to -inf
+    (("cast", "p", "float8_e4m3fn"), "float16"),  # off by 2.8%, within the float8 tolerance only
+], ids=["probs_cast_bool", "probs_stated_bool", "exp_cast_bool", "shift_stated_int32", "max_stated_float16",
+        "max_stated_bfloat16", "probs_cast_float8"])
+def test_a_rounding_the_online_softmax_cannot_follow_is_no_attention_group(change, dtype):
+    g = _rounded(change, dtype)
+    assert reason(g, list(g.ops)) == "attention.not_online"
+    assert "attention" not in group_kinds(partition(g, "ilp"))
+
+
+@pytest.mark.parametrize("change", [("cast", "p", "float32"), ("cast", "e", "float32")])
+def test_a_rounding_the_kernel_follows_keeps_the_attention_group(change):
+    """Float16 probabilities or exponentials through float32 and back keep their form
+    (a widening stated dtype too: ``test_attention_emulated.py``)."""
+    g = _rounded(change, "float16")
+    assert structure(group_of(g, g.mask(list(g.ops))))
+
+
 def _mutated(mutation):
     inputs = {"q": [2, 8, 16], "k": [2, 16, 8], "v": [2, 8, 8]}
     ops = [op("s", "matmul", ["q", "k"])]

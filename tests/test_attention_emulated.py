@@ -188,18 +188,20 @@ def test_written_row_values_of_a_row_masked_everywhere_are_nan_like_the_referenc
     assert (got["mx"][0] == -np.inf).all()
 
 
-def test_a_row_maximum_stated_in_a_narrower_dtype_rescales_with_the_rounded_maximum():
-    """E is exp(x - round(max)): the online rescale between key tiles must use the
-    rounded maxima too, or keys of earlier tiles are weighted wrongly (scores scaled by
-    8 so that the maximum grows across tiles)."""
+def test_a_row_maximum_stated_in_a_wider_dtype_rescales_with_the_stated_maximum():
+    """E is exp(x - max) with the maximum stated float32 over float16 scores: the
+    online rescale between key tiles converts the running maxima as the stated
+    dtype does (scores scaled by 8 so that the maximum grows across tiles). A
+    narrower stated dtype is no attention group (``test_attention.py``)."""
     from .conftest import make_graph, op
 
     chain = _softmax_chain("s")
-    chain[0]["dtype"] = "bfloat16"
+    chain[0]["dtype"] = "float32"
     g = make_graph({"q": [1, 2, 40, 32], "k": [1, 2, 200, 32], "v": [1, 2, 200, 32]}, [
         op("qs", "mul", ["q", 8.0]), op("kt", "transpose", ["k"], perm=[0, 1, 3, 2]),
-        op("s", "matmul", ["qs", "kt"]), *chain, op("o", "matmul", ["p", "v"])], ["o"])
-    run(g)  # within the float32 attention bound
+        op("s", "matmul", ["qs", "kt"]), *chain, op("ph", "cast", ["p"], dtype="float16"),
+        op("o", "matmul", ["ph", "v"])], ["o"], dtype="float16")
+    run(g)  # within the float16 attention bound
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

@@ -130,6 +130,12 @@ def test_tolerance_grows_with_the_square_root_of_the_terms_and_is_exact_for_inte
     assert tolerance("int32", 10**6) == (0.0, 0.0)
     assert not compare("i", "int32", np.array([1, 2, 4]), np.array([1, 2, 3]), 10**6).ok
     assert compare("i", "int32", np.array([1, 2, 3]), np.array([1, 2, 3])).ok
+    # as float64, 2^62 and 2^62 + 1 are one value: a kernel off by one passed
+    big = np.array([2**62, -(2**62)], np.int64)
+    off = compare("i", "int64", big + np.array([1, 0], np.int64), big)
+    assert not off.ok and off.max_abs_error == 1.0
+    assert compare("i", "int64", big.copy(), big).ok
+    assert not compare("u", "uint64", np.array([2**64 - 1], np.uint64), np.array([2**64 - 2], np.uint64)).ok
 
 
 def test_specials_must_match_position_for_position():
