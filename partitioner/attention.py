@@ -32,8 +32,9 @@ must hold) computes, per score element, values of these *forms*:
 Views (``reshape``), ``identity`` and ``broadcast_to`` keep a value's form. Past
 ``raw``, an op whose stated dtype is not the one it computes in keeps its form
 only where that dtype widens it (a narrower one could round a finite maximum to
--inf, or truncate). This
-is exactly the algebra online softmax needs: ``exp(X - m)`` rescales by
+-inf, or truncate).
+
+This is exactly the algebra online softmax needs: ``exp(X - m)`` rescales by
 ``exp(m_old - m_new)`` as the running maximum grows, and division by the row sum
 commutes with the sum over keys, so it moves after ``C2``. A guarded row is one
 whose running maximum stays -inf: its ``E`` is 0 at every key, so ``C2``'s row is
@@ -191,8 +192,8 @@ class _Analysis:
         rounded to its dtype), the online algebra holds for the values themselves: an
         op stated in a dtype other than the one it computes in has a form only where
         that dtype widens it (a row maximum stated float16 rounds -1e5 to -inf, and
-        the row reads as one of -inf only; stated bfloat16, float32's -3.4e38 mask
-        fill; X - max stated int32 truncates), and a cast of ``exp`` or ``probs``
+        stated bfloat16 rounds float32's mask fill -3.4e38 to -inf, so a live row reads
+        as one of -inf only; X - max stated int32 truncates), and a cast of ``exp`` or ``probs``
         keeps its form only to a float as precise as the products' dtype, which the
         kernel rounds them to anyway (a cast to bool or an integer is no probability)."""
         form = self._form(op, ins)
