@@ -123,7 +123,8 @@ def unwritable(path: str | Path, directory: bool = False) -> str | None:
     A file needs an existing, writable parent directory; a ``directory`` may be
     missing (it is created with its parents), but its nearest existing ancestor must
     be a writable directory. Neither may be the other kind of thing already."""
-    if not directory and str(path).endswith(("/", os.sep)):  # Path() would drop the separator and write a file
+    if not directory and (str(path).endswith(("/", os.sep)) or os.path.basename(str(path)) in (".", "..")):
+        # (Path() drops a trailing '/' or '/.', and the file would be written without it)
         return f"'{path}' ends in '/': it names a directory, not a file"
     target = Path(path)
     if target.exists():

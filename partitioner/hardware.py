@@ -295,7 +295,8 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     ----------
     spec : str or Hardware
         ``h100``, ``h200`` or ``a100`` (any case), a ``.yaml``/``.yml``/``.json``
-        path, or a :class:`Hardware`, returned as it is.
+        path, or a :class:`Hardware`, returned as it is once it passes a file's
+        checks (sources aside).
 
     Returns
     -------
@@ -321,7 +322,7 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     partitioner.errors.HardwareError: unknown hardware 'h300': use one of h100, h200, a100 or a .yaml profile
     """
     if isinstance(spec, Hardware):
-        return spec
+        return _checked(spec)
     if spec.lower() in PROFILES:
         return PROFILES[spec.lower()]
     path = Path(spec)
@@ -340,14 +341,7 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     if "ops" in data:  # a graph given where a profile belongs (its schema error would name only its keys)
         raise HardwareError(f"{spec}: this is an operator graph, not a hardware profile: use one of "
                             f"{', '.join(PROFILES)} or a profile file (docs/cost-model.md)")
-    bad = [k for k in _NUMBER_FIELDS if isinstance(data.get(k), float) and not math.isfinite(data[k])]
-    if bad:  # before the schema, which would call an infinity too large
-        raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
-    error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
-    if error is not None:
-        where = ".".join(str(p) for p in error.absolute_path)
-        problem = "must not be empty" if error.validator == "pattern" else error.message  # (the pattern is \S)
-        raise HardwareError(f"{spec}: {where + ': ' if where else ''}{problem}")
+    _check_schema(spec, data)
     base = PROFILES[data["base"]].to_dict() if "base" in data else {}
     given = {k: v for k, v in data.items() if k in _NUMBER_FIELDS}
     missing = [k for k in _REQUIRED_FIELDS if k not in given and k not in base]
@@ -358,22 +352,51 @@ def load_hardware(spec: str | Hardware) -> Hardware:
         raise HardwareError(f"{spec}: give a source for {', '.join(unsourced)} under 'sources'")
     values = {**base, **given, "name": data.get("name", path.stem)}
     values["sources"] = {**base.get("sources", {}), **data.get("sources", {})}
-    builtin = PROFILES.get(values["name"].lower())
+    _check_values(spec, values)
+    return Hardware(**values)
+
+
+@functools.cache
+def _checked(hw: Hardware) -> Hardware:
+    """``hw`` after the checks a profile file gets but its sources (one built in
+    Python, ``dataclasses.replace(PROFILES["h100"], ...)``, skipped them all);
+    once per profile, as legality takes profiles too."""
+    label = f"hardware profile {hw.name!r}"
+    _check_schema(label, {k: v for k, v in hw.to_dict().items() if k != "sources"})
+    _check_values(label, hw.to_dict())
+    return hw
+
+
+def _check_schema(spec: str, data: dict) -> None:
+    """The profile schema: known fields, numbers positive, finite and in range,
+    counts integers, names and sources not empty."""
+    bad = [k for k in _NUMBER_FIELDS if isinstance(data.get(k), float) and not math.isfinite(data[k])]
+    if bad:  # before the schema, which would call an infinity too large
+        raise HardwareError(f"{spec}: {', '.join(bad)} must be a finite number")
+    error = jsonschema.exceptions.best_match(validator(_PROFILE_SCHEMA).iter_errors(data))
+    if error is not None:
+        where = ".".join(str(p) for p in error.absolute_path)
+        problem = "must not be empty" if error.validator == "pattern" else error.message  # (the pattern is \S)
+        raise HardwareError(f"{spec}: {where + ': ' if where else ''}{problem}")
+
+
+def _check_values(spec: str, values: dict) -> None:
+    """The rules between a whole profile's numbers (``values``: every field)."""
+    builtin = PROFILES.get(values["name"].strip().lower())
     if builtin is not None and any(values[k] != getattr(builtin, k) for k in _NUMBER_FIELDS):
         raise HardwareError(f"{spec}: the profile is named {values['name']!r}, a built-in profile's name, but "
                             f"changes its numbers: give it a name of its own (name: ...)")
     _check_integer_time(spec, values["hbm_bandwidth_gb_per_s"], values["launch_overhead_us"])
-    _check_femtojoules(spec, given)
+    _check_femtojoules(spec, values)
     _check_budgets(spec, values)
-    return Hardware(**values)
 
 
-def _check_femtojoules(spec: str, given: dict) -> None:
+def _check_femtojoules(spec: str, values: dict) -> None:
     """The energy objective counts whole femtojoules (:func:`_femtojoules`): an energy
     of a fraction of one would be rounded silently (0.0004 pJ a byte to none)."""
-    for key in ENERGY_SOURCES:
-        if key in given and (Fraction(str(given[key])) * 1000).denominator != 1:
-            raise HardwareError(f"{spec}: {key} {given[key]} is not a whole number of femtojoules (0.001 pJ): "
+    for key in ENERGY_SOURCES:  # (a file without them takes the estimates, whole femtojoules)
+        if key in values and (Fraction(str(values[key])) * 1000).denominator != 1:
+            raise HardwareError(f"{spec}: {key} {values[key]} is not a whole number of femtojoules (0.001 pJ): "
                                 f"give at most three decimals")
 
 

@@ -249,8 +249,8 @@ def test_pointwise_iteration_space():
 def test_budgets():
     g = make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"]), op("c", "abs", ["b"])], ["c"])
     assert reason_of(g, [["a", "b", "c"]], max_ops=2) == "budget.ops"
-    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, registers_per_thread=16)) == "budget.registers"
-    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, kernel_param_bytes=16)) == "budget.kernel_params"
+    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, name="tight", registers_per_thread=16)) == "budget.registers"
+    assert reason_of(g, [["a", "b", "c"]], dataclasses.replace(H100, name="tight", kernel_param_bytes=16)) == "budget.kernel_params"
     assert evaluate(g, [["a", "b", "c"]]).launches == 1
 
 

@@ -103,6 +103,7 @@ def test_unknown_name():
      "named 'h100', a built-in profile's name, but changes its numbers"),
     ("name: a\nbase: h100\nsm_count: 100\nsources: {sm_count: ''}\n", "sources.sm_count: must not be empty"),
     ("name: ' '\nbase: h100\n", "name: must not be empty"),
+    ("name: ' h100'\nbase: h100\nlaunch_overhead_us: 2\nsources: {launch_overhead_us: x}\n", "a built-in profile's"),
 ])
 def test_profile_numbers_are_checked(tmp_path, text, problem):
     path = tmp_path / "p.yaml"
@@ -161,3 +162,19 @@ def test_a_json_profile_is_read_as_json(tmp_path):
     path.write_text('{"base": "h100", "base": "a100"}')
     with pytest.raises(HardwareError, match="p.json: hardware profile: malformed JSON: key 'base' appears twice"):
         load_hardware(str(path))
+
+
+@pytest.mark.parametrize("change, problem", [
+    ({"name": "mine", "hbm_pj_per_byte": 0.0004}, "not a whole number of femtojoules"),  # was 0 fJ: the energy objective lost HBM
+    ({"hbm_bandwidth_gb_per_s": 100.0}, "a built-in profile's name"),  # still called h100
+    ({"name": "mine", "smem_per_block_default_bytes": 10**6}, "is above smem_per_block_optin_bytes"),
+    ({"name": ""}, "name: must not be empty"),
+    ({"name": "mine", "sm_count": -1}, "sm_count: -1 is less than or equal to the minimum of 0"),
+])
+def test_a_profile_built_in_python_gets_a_files_checks(change, problem):
+    """``dataclasses.replace(PROFILES["h100"], ...)`` given to partition skipped every check."""
+    from partitioner import load_graph, partition
+
+    hw = dataclasses.replace(PROFILES["h100"], **change)
+    with pytest.raises(HardwareError, match=problem):
+        partition(load_graph(ROOT / "graphs" / "mlp_gelu_f16.yaml"), "greedy", hw)

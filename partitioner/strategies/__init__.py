@@ -4,7 +4,6 @@ validates its plan with :func:`partitioner.evaluate`."""
 from __future__ import annotations
 
 import gc
-import math
 import numbers
 import threading
 import time
@@ -37,8 +36,8 @@ def time_limit_problem(time_limit) -> str | None:
     ``None``, no limit)."""
     if time_limit is None:
         return None
-    if (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real) or not math.isfinite(time_limit)
-            or not 0 < time_limit <= MAX_TIME_LIMIT):
+    if (isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real)
+            or not 0 < time_limit <= MAX_TIME_LIMIT):  # (compares NaN false, and an int past a float's range exactly)
         return f"must be a number of seconds above 0 and at most {MAX_TIME_LIMIT:.0e}"
     return None
 
