@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
+import stat
 
 import yaml
 
@@ -118,12 +120,22 @@ MAX_TEXT_BYTES = 1 << 28
 
 def read_text(path) -> str:
     """A file's text as UTF-8, at most :data:`MAX_TEXT_BYTES`. Raises ``OSError``
-    (``EFBIG`` for a longer file) or ``UnicodeDecodeError``."""
+    (``EFBIG`` for a longer file, ``ENODEV`` for a device) or ``UnicodeDecodeError``."""
+    return read_bytes(path, MAX_TEXT_BYTES, "far more than a graph or profile holds").decode("utf-8")
+
+
+def read_bytes(path, limit: int, why: str) -> bytes:
+    """A file's bytes, at most ``limit`` of them. Raises ``OSError``: ``ENODEV`` for
+    a device (``/dev/zero`` never ends; a pipe is read, up to the limit), ``EFBIG``
+    past the limit, saying ``why`` it is one."""
     with open(path, "rb") as f:
-        data = f.read(MAX_TEXT_BYTES + 1)
-    if len(data) > MAX_TEXT_BYTES:
-        raise OSError(errno.EFBIG, f"longer than {MAX_TEXT_BYTES >> 20} MiB, far more than a graph or profile holds")
-    return data.decode("utf-8")
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+            raise OSError(errno.ENODEV, "it is a device, not a file")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"longer than {limit >> 20} MiB, {why}")
+    return data
 
 
 def read_error_message(exc: Exception) -> str:

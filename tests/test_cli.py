@@ -261,14 +261,18 @@ def test_a_closed_pipe_ends_the_output_quietly():
 @pytest.mark.parametrize("flag", [None, "--hardware"])
 def test_an_endless_file_is_refused_before_it_fills_memory(tmp_path, capsys, monkeypatch, flag):
     """A graph or profile linked to /dev/zero was read until memory ran out (an
-    internal MemoryError under a memory limit, the machine's memory without one)."""
-    monkeypatch.setattr(yamlio, "MAX_TEXT_BYTES", 1 << 20)  # the same rule, without reading 256 MiB of zeros
-    endless = tmp_path / "endless.yaml"
+    internal MemoryError under a memory limit, the machine's memory without one);
+    a device is refused before a byte is read, and a long file at a length."""
+    monkeypatch.setattr(yamlio, "MAX_TEXT_BYTES", 1 << 20)  # the same rule, without writing 256 MiB
+    endless, long = tmp_path / "endless.yaml", tmp_path / "long.yaml"
     endless.symlink_to("/dev/zero")
-    args = [str(ROOT / "graphs" / "softmax_f16.yaml"), flag, str(endless)] if flag else [str(endless)]
-    assert cli.main(args) == 2
-    err = _one_line(capsys)
-    assert str(endless) in err and "cannot read the file: longer than 1 MiB" in err
+    long.write_text("#" * (1 << 20) + "\n")
+    for path, problem in [(endless, "cannot read the file: it is a device, not a file"),
+                          (long, "cannot read the file: longer than 1 MiB")]:
+        args = [str(ROOT / "graphs" / "softmax_f16.yaml"), flag, str(path)] if flag else [str(path)]
+        assert cli.main(args) == 2
+        err = _one_line(capsys)
+        assert str(path) in err and problem in err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")

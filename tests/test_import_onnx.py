@@ -1715,12 +1715,15 @@ def test_a_model_the_format_cannot_hold_is_one_line_and_exit_2(tmp_path, capsys,
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_an_endless_model_file_is_refused_before_it_fills_memory(tmp_path, capsys, monkeypatch):
     """A model linked to /dev/zero was read until memory ran out."""
-    monkeypatch.setattr(onnx_importer, "MAX_MODEL_BYTES", 1 << 20)  # the rule, without reading 2 GiB of zeros
-    endless = tmp_path / "endless.onnx"
+    monkeypatch.setattr(onnx_importer, "MAX_MODEL_BYTES", 1 << 20)  # the rule, without writing 2 GiB
+    endless, long = tmp_path / "endless.onnx", tmp_path / "long.onnx"
     endless.symlink_to("/dev/zero")
-    assert cli.main(["import", str(endless), "-o", str(tmp_path / "out.yaml")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"{endless}: not an ONNX model (longer than 2 GiB" in err, err
+    long.write_bytes(bytes(1 << 20) + b"x")
+    for path, problem in [(endless, "cannot read the file: it is a device, not a file"),
+                          (long, "cannot read the file: longer than 1 MiB, protobuf's limit")]:
+        assert cli.main(["import", str(path), "-o", str(tmp_path / "out.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{path}: {problem}" in err, err
 
 
 def test_a_dim_param_holding_an_equals_sign_binds_as_the_error_says(tmp_path, capsys):

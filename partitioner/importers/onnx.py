@@ -33,7 +33,7 @@ from ..dtypes import cast_array, numpy_dtype
 from ..errors import GraphError, InferenceError
 from .. import onnx_semantics
 from ..graph import Graph
-from ..yamlio import read_error_message
+from ..yamlio import read_bytes, read_error_message
 from ..ops import broadcast_shapes, reshape_target
 from . import GraphBuilder, ImportResult, Unmappable, batch_norm, conv1d, conv3d, group_norm, report, sanitize
 
@@ -90,15 +90,11 @@ def read(source: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
         return source, "<onnx>", None
     path = Path(source)
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_MODEL_BYTES + 1)
+        data = read_bytes(path, MAX_MODEL_BYTES, "protobuf's limit for a model (larger weights are external data)")
     except FileNotFoundError:
         raise GraphError(f"{path}: no such file") from None
     except OSError as exc:
         raise GraphError(f"{path}: {read_error_message(exc)}") from None
-    if len(data) > MAX_MODEL_BYTES:  # an endless file (a link to /dev/zero) would fill memory
-        raise GraphError(f"{path}: not an ONNX model (longer than 2 GiB, protobuf's limit; larger weights are "
-                         f"external data)")
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:  # noqa: BLE001 - protobuf raises several types for a file that is not ONNX
