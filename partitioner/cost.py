@@ -31,6 +31,7 @@ registers per thread, kernel-parameter bytes, and the number of non-view ops.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 from .attention import contraction_pair, pair, staged_scores
@@ -109,6 +110,13 @@ BASE_REGISTERS = 16
 # 64-bit address per tensor plus its 64-bit element count in the parameter space.
 PARAM_BYTES_PER_TENSOR = 16
 DEFAULT_MAX_OPS = 64
+
+
+def check_max_ops(max_ops) -> None:
+    """Raise ``ValueError`` unless ``max_ops`` (the cap on non-view ops per group) is
+    an int of at least 1."""
+    if isinstance(max_ops, bool) or not isinstance(max_ops, numbers.Integral) or max_ops < 1:
+        raise ValueError(f"max_ops must be an int of at least 1; got {max_ops!r}")
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from fractions import Fraction
 from pathlib import Path
@@ -293,7 +294,7 @@ def load_hardware(spec: str | Hardware) -> Hardware:
 
     Parameters
     ----------
-    spec : str or Hardware
+    spec : str, os.PathLike or Hardware
         ``h100``, ``h200`` or ``a100`` (any case), a ``.yaml``/``.yml``/``.json``
         path, or a :class:`Hardware`, returned as it is once it passes a file's
         checks (sources aside).
@@ -307,7 +308,8 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     Raises
     ------
     HardwareError
-        An unknown name; an unreadable or malformed file; a missing field or source.
+        An unknown name; an unreadable or malformed file; a missing field or source;
+        a ``spec`` of another type.
 
     Examples
     --------
@@ -323,6 +325,9 @@ def load_hardware(spec: str | Hardware) -> Hardware:
     """
     if isinstance(spec, Hardware):
         return _checked(spec)
+    if not isinstance(spec, (str, os.PathLike)):
+        raise HardwareError(f"hardware must be a profile name, a profile file or a Hardware, got {spec!r}")
+    spec = os.fspath(spec)
     if spec.lower() in PROFILES:
         return PROFILES[spec.lower()]
     path = Path(spec)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, group_cost, recomputed_flops
+from .cost import DEFAULT_MAX_OPS, UNITS, GroupCost, check_max_ops, group_cost, recomputed_flops
 from .graph import Graph
 from .group import Group
 from .hardware import Hardware, load_hardware
@@ -123,6 +123,10 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     TypeError
         ``groups`` is not a list of lists of op names (``None``, or one group's
         names given as the plan).
+    ValueError
+        ``max_ops`` is not an int of at least 1.
+    HardwareError
+        ``hardware`` is no profile.
 
     Examples
     --------
@@ -136,6 +140,7 @@ def evaluate(graph: Graph, groups: list[list[str]], hardware: str | Hardware = "
     ...
     partitioner.errors.IllegalPlan: [contraction.multiple] 'h:matmul' and 'y:matmul' are both contractions and no softmax lies between them
     """
+    check_max_ops(max_ops)
     hw = load_hardware(hardware)
     members = covering_groups(graph, groups)
     for group in members:

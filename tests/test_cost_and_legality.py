@@ -347,3 +347,21 @@ def test_the_legality_api_takes_a_profile_by_name_as_partition_and_evaluate_do()
     assert decide(group, "h100") == decide(group, PROFILES["h100"]) and is_legal(group, "H100")
     with pytest.raises(HardwareError, match="unknown hardware 'v100'"):
         decide(group, "v100")
+
+
+def test_evaluate_checks_its_options_as_partition_does(tmp_path):
+    """``evaluate(..., max_ops="2")`` and ``hardware=None`` raised TypeError and
+    AttributeError; ``max_ops=0`` called every group over a cap of 0."""
+    from pathlib import Path
+
+    from partitioner import HardwareError, load_hardware
+
+    g = make_graph({"x": [4, 8]}, [op("a", "exp", ["x"]), op("b", "neg", ["a"])], ["b"])
+    for max_ops in ("2", 0, True):
+        with pytest.raises(ValueError, match="max_ops must be an int of at least 1"):
+            evaluate(g, [["a", "b"]], max_ops=max_ops)
+    with pytest.raises(HardwareError, match="hardware must be a profile name, a profile file or a Hardware"):
+        evaluate(g, [["a", "b"]], None)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("name: p\nbase: h100\n")
+    assert load_hardware(Path(profile)).name == "p" and evaluate(g, [["a", "b"]], Path(profile)).launches == 1

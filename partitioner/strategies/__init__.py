@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import contextmanager
 
-from ..cost import DEFAULT_MAX_OPS, OBJECTIVES
+from ..cost import DEFAULT_MAX_OPS, OBJECTIVES, check_max_ops
 from ..graph import Graph
 from ..hardware import Hardware, load_hardware
 from ..plan import Plan, SolverInfo, evaluate
@@ -116,8 +116,7 @@ def partition(graph: Graph, strategy: str = "ilp", hardware: str | Hardware = "h
     problem = time_limit_problem(time_limit)
     if problem:
         raise ValueError(f"time_limit {problem} or None; got {time_limit!r}")
-    if isinstance(max_ops, bool) or not isinstance(max_ops, numbers.Integral) or max_ops < 1:
-        raise ValueError(f"max_ops must be an int of at least 1; got {max_ops!r}")
+    check_max_ops(max_ops)
     hw = load_hardware(hardware)
     with _fewer_collections():
         start = time.perf_counter()
