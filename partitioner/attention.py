@@ -193,9 +193,10 @@ class _Analysis:
         op stated in a dtype other than the one it computes in has a form only where
         that dtype widens it (a row maximum stated float16 rounds -1e5 to -inf, and
         stated bfloat16 rounds float32's mask fill -3.4e38 to -inf, so a live row reads
-        as one of -inf only; X - max stated int32 truncates), and a cast of ``exp`` or ``probs``
-        keeps its form only to a float as precise as the products' dtype, which the
-        kernel rounds them to anyway (a cast to bool or an integer is no probability)."""
+        as one of -inf only; X - max stated int32 truncates), and a cast of ``exp`` or
+        ``probs`` keeps its form only to a float as precise as the products' dtype,
+        which the kernel rounds them to anyway (a cast to bool or an integer is no
+        probability)."""
         form = self._form(op, ins)
         if form in (None, "raw") or op.out.dtype == op.promoted or (op.promoted, op.out.dtype) in _WIDENING:
             return form

@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
         return import_main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
-    if time_limit_problem(args.time_limit):
-        parser.error(f"--time-limit {time_limit_problem(args.time_limit)}")
+    problem = time_limit_problem(args.time_limit)
+    if problem:
+        parser.error(f"--time-limit {problem}")
     if args.max_ops < 1:
         parser.error("--max-ops must be at least 1")
     if args.recompute and args.strategy not in (None, "ilp") and not args.compare:

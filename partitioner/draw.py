@@ -22,8 +22,8 @@ The *kernel view*, for large graphs, draws one node per kernel (DOT id
 ``k<group index>``) with its kind, modelled time and first and last ops, and one
 edge per pair of kernels that pass data, labelled with the MB the consumer reads
 from the producer (as the cost model counts them); views between kernels are
-looked through. ``view="auto"`` picks the op view up to ``OPS_VIEW_LIMIT`` ops. Both carry a legend of the kind
-colours.
+looked through. ``view="auto"`` picks the op view up to ``OPS_VIEW_LIMIT`` ops.
+Both carry a legend of the kind colours.
 """
 
 from __future__ import annotations
