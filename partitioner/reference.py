@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -102,7 +102,8 @@ def _run_hook(graph: Graph, name: str, values: dict[str, np.ndarray]) -> np.ndar
 
 
 def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, seed: int = 0,
-                  keep: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+                  keep: Iterable[str] | None = None,
+                  perturb: Callable[[str, dict[str, np.ndarray]], np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Execute ``graph`` op by op with NumPy: the unfused reference every backend is checked against.
 
     Parameters
@@ -121,6 +122,10 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
         The tensors to return. Others are dropped once their last reader ran, so
         the run holds only the live values (a check of a whole network's outputs
         needs a fraction of the memory). By default every tensor is kept.
+    perturb : callable, optional
+        ``perturb(name, values)`` gives what stands for op ``name``'s result from
+        then on, from the values so far (its result among them): a check rounds
+        results again at random with it (``backends.check.rounding_spread``).
 
     Returns
     -------
@@ -168,6 +173,8 @@ def run_reference(graph: Graph, inputs: dict[str, np.ndarray] | None = None, see
     for position, (name, op) in enumerate(graph.ops.items()):
         if op.kind != "custom":
             values[name] = run_op(graph, name, values)
+            if perturb is not None:
+                values[name] = perturb(name, values)
         elif name in given:
             values[name] = given[name]
         elif name in graph.hooks:

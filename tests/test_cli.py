@@ -391,13 +391,14 @@ def test_a_time_limit_for_a_strategy_that_has_none_is_refused(capsys):
 
 
 def test_a_reference_that_cannot_run_names_the_graph_file(tmp_path, capsys):
-    """A constant gather index past its axis: the line named the op, not the file."""
+    """A constant gather index past its axis: the line named the op, not the file (and
+    blamed "these inputs", which a constant index does not depend on)."""
     path = tmp_path / "gather.yaml"
     path.write_text("format: 1.1\ninputs: [{name: x, shape: [5, 3]}]\nops:\n"
                     "  - {name: i, op: arange, inputs: [], attrs: {start: 0, limit: 9, delta: 3}}\n"
                     "  - {name: a, op: gather, inputs: [x, i], attrs: {axis: 0}}\noutputs: [a]\n")
     assert cli.main([str(path), "--run"]) == 2
-    assert _one_line(capsys).startswith(f"partition: error: {path}: the reference cannot run on these inputs: op 'a'")
+    assert _one_line(capsys).startswith(f"partition: error: {path}: the reference cannot run: op 'a': gather index out of range")
 
 
 def test_a_kernel_cache_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):

@@ -659,3 +659,15 @@ def test_an_attention_key_stored_transposed_is_read_along_the_keys():
     _, counters = run_profiled(rendered, input_values(g, 0))
     (counted,) = counters
     assert counted.requests("ldg").efficiency == 1.0
+
+
+def test_a_sampled_kernel_of_an_ill_conditioned_output_is_checked_against_the_references_spread():
+    """Kernels run alone are checked as --run checks outputs: sin(20·q·k), one kernel,
+    turns the product's absolute rounding errors into errors of a result of at most
+    1, beyond the ulp-based rule, and passes against the reference's spread."""
+    g = make_graph({"q": [2, 16, 32], "k": [2, 32, 24]},
+                   [op("s", "matmul", ["q", "k"]), op("z", "mul", ["s", 20.0]), op("e", "sin", ["z"])], ["e"])
+    plan = partition(g, "ilp")
+    assert len(plan.groups) == 1
+    (check,) = CudaBackend(emulate=True, profile=True).check_sampled(plan, 0, 10**6)
+    assert check.ok and check.check.ill_conditioned, check

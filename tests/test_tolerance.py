@@ -15,8 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from backends.check import UNIT_ROUNDOFF, accumulated_terms, compare, tolerance
+from backends.check import UNIT_ROUNDOFF, RandomRounding, accumulated_terms, compare, rounding_spread, tolerance
 from partitioner import run_reference
+from partitioner.reference import input_values
 
 from .conftest import make_graph, op
 
@@ -155,3 +156,91 @@ def test_the_memory_estimate_counts_the_comparison():
 
     g = make_graph({"x": [100_000_000]}, [op("a", "exp", ["x"])], ["a"])
     assert memory_needed(partition(g, "none")) >= 6.96e9
+
+
+# ---------------------------------------------------------------- ill-conditioned outputs
+
+LOG2E = np.float32(1.4426950408889634)
+
+
+def hot_softmax():
+    """Float32 softmax numerators of scores up to about |400|: exp turns the scores'
+    absolute rounding errors (K = 32 products, times 20) into relative ones."""
+    return make_graph({"q": [2, 16, 32], "k": [2, 32, 24]},
+                      [op("s", "matmul", ["q", "k"]), op("z", "mul", ["s", 20.0]),
+                       op("m", "reduce_max", ["z"], axes=[-1], keepdims=True), op("d", "sub", ["z", "m"]),
+                       op("e", "exp", ["d"])], ["e"])
+
+
+def hot_kernel(values: dict, drop: bool = False, other_row: bool = False) -> np.ndarray:
+    """The numerators as an attention kernel computes them: the dot products in blocks
+    of 8, last first, and exp2 of scores scaled by log2(e) (FlashAttention's form);
+    wrong ones drop a K term or take another row's maximum."""
+    q, k = (values["q"][..., 1:], values["k"][:, 1:]) if drop else (values["q"], values["k"])
+    s = np.zeros((2, 16, 24), np.float32)
+    for start in range(q.shape[-1] - 8, -8, -8):
+        s += q[..., max(start, 0):start + 8] @ k[:, max(start, 0):start + 8]
+    z = s * np.float32(20.0)
+    m = z.max(-1, keepdims=True)
+    if other_row:
+        m = np.roll(m, 1, axis=1)
+    with np.errstate(over="ignore"):
+        return np.exp2(z * LOG2E - m * LOG2E)
+
+
+@pytest.fixture(scope="module", params=[0, 1, 2])
+def hot(request):
+    g = hot_softmax()
+    inputs = input_values(g, request.param)
+    values = run_reference(g, inputs)
+    spread = rounding_spread(g, inputs, ["e"], values, request.param)["e"]
+    return g, values, spread
+
+
+def test_an_ill_conditioned_output_is_checked_against_the_references_spread(hot):
+    """A correct kernel of a hot softmax is off by more than the ulp-based rule allows
+    (2.7 to 6.4 times it, measured), and well within the reference's own spread under
+    random rounding."""
+    g, values, spread = hot
+    got, terms = hot_kernel(values), accumulated_terms(g, "e")
+    assert not compare("e", "float32", got, values["e"], terms).ok
+    check = compare("e", "float32", got, values["e"], terms, spread)
+    assert check.ok and check.ill_conditioned and check.error_ratio < 0.5, check
+
+
+@pytest.mark.parametrize("wrong", ["drop", "other_row", "one element"])
+def test_a_wrong_kernel_of_an_ill_conditioned_output_still_fails(hot, wrong):
+    g, values, spread = hot
+    if wrong == "one element":
+        got = hot_kernel(values)
+        got[1, 3, 5] += 0.01  # 1% of the largest value, 1
+    else:
+        got = hot_kernel(values, **{wrong: True})
+    check = compare("e", "float32", got, values["e"], accumulated_terms(g, "e"), spread)
+    assert not check.ok and check.error_ratio > 100, check
+
+
+def test_random_rounding_moves_what_ops_round_by_an_ulp_or_two():
+    g = make_graph({"x": ([64], "float16"), "w": ([64, 8], "float32")},
+                   [op("t", "transpose", ["w"], perm=[1, 0]), op("c", "cast", ["x"], dtype="float32"),
+                    op("y", "mul", ["x", 3.0]), op("s", "matmul", ["c", "w"]), op("n", "cast", ["s"], dtype="float16"),
+                    op("back", "cast", ["n"], dtype="float32"), op("h", "cast", ["back"], dtype="float16")],
+                   ["t", "y", "h"])
+    values = run_reference(g, seed=1)
+    values["y"][:4] = 0
+    rounding = RandomRounding(g, np.random.default_rng(0))
+    assert np.array_equal(rounding("t", values), values["t"])  # a layout op moves values only
+    assert np.array_equal(rounding("c", values), values["c"])  # a cast that changed nothing
+    assert np.array_equal(rounding("h", values), values["h"])
+
+    def ulps(name):
+        moved, exact = rounding(name, values).astype(np.float64), values[name].astype(np.float64)
+        return moved, np.abs(moved - exact) / np.spacing(np.abs(values[name])).astype(np.float64)
+
+    moved, steps = ulps("y")
+    assert np.all(moved[:4] == 0) and np.all(np.isin(np.round(steps[4:], 6), [1, 2]))
+    assert np.all(np.isin(np.round(ulps("n")[1], 6), [1, 2]))  # a cast that rounded
+    # a product of K terms also moves by up to sqrt(K) float32 roundoffs of its terms' magnitudes
+    s = values["s"].astype(np.float64)
+    bound = np.sqrt(64) * 2.0**-24 * (np.abs(values["c"]) @ np.abs(values["w"])) + 2 * np.spacing(np.abs(values["s"]))
+    assert np.all(np.abs(rounding("s", values).astype(np.float64) - s) <= bound)
