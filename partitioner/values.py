@@ -50,7 +50,8 @@ def parse_inline(value: Any, t: TensorType) -> np.ndarray:
     if array.size == 0 and math.prod(t.shape) == 0 and array.shape != t.shape:
         array = np.empty(t.shape, dtype=object)  # an empty input's value is [] whatever its shape
     if array.shape != t.shape:
-        raise ValueError(f"value has shape {list(array.shape)}, the input's shape is {list(t.shape)}")
+        raise ValueError(_ragged(value, t.shape) or
+                         f"value has shape {list(array.shape)}, the input's shape is {list(t.shape)}")
     items = array.ravel().tolist()
     if t.dtype == "bool":
         if not all(isinstance(v, bool) for v in items):
@@ -66,6 +67,28 @@ def parse_inline(value: Any, t: TensorType) -> np.ndarray:
         return np.array(items, dtype=numpy_dtype(t.dtype)).reshape(t.shape)
     assert t.dtype in FLOATS
     return cast_array(np.array(items, dtype=np.float64).reshape(t.shape), t.dtype)
+
+
+def _ragged(value: Any, shape: tuple[int, ...]) -> str | None:
+    """Where the nested lists ``value``, of the right length, depart from ``shape``
+    below the top (a list of another length, or one element where a list is due),
+    or ``None``."""
+    if not shape or not isinstance(value, (list, tuple)) or len(value) != shape[0]:
+        return None
+    stack = [("value", value, 0)]
+    while stack:
+        path, rows, depth = stack.pop()
+        if depth + 1 == len(shape):
+            continue
+        for i, row in reversed(list(enumerate(rows))):
+            want, where = shape[depth + 1], f"{path}[{i}]"
+            if not isinstance(row, (list, tuple)):
+                return f"{where} is one element where the input's shape {list(shape)} has a list of {want}"
+            if len(row) != want:
+                return (f"{where} has {len(row)} element{'' if len(row) == 1 else 's'} where the input's shape "
+                        f"{list(shape)} has {want}")
+            stack.append((where, row, depth + 1))
+    return None
 
 
 def to_inline(array: np.ndarray) -> Any:

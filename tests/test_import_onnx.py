@@ -324,6 +324,19 @@ def test_pad(opset):
     check(make([node], {"x": (F, [3, 4])}, {"y": (F, None)}, opset, init))
 
 
+@pytest.mark.parametrize("pads", [[1, -1, 0, -1, 2, 1], [-1, 0, -2, 0, -1, -1], [0, -3, 0, 0, 2, 0],
+                                  [-4, 0, 0, 2, 0, 0]],
+                         ids=["crop and pad", "crop only", "an axis cropped away, then padded",
+                              "a crop into the other side's padding"])
+def test_a_negative_constant_pad_crops(pads):
+    """A negative pad crops, as onnxruntime reads it: the node was a custom op whose
+    kept onnx.reference semantics failed on it, so --run could not run the graph."""
+    node = helper.make_node("Pad", ["x", "pads", "v"], ["y"], mode="constant")
+    init = {"pads": np.array(pads, np.int64), "v": np.array(7.0, np.float32)}
+    result = check(make([node], {"x": (F, [3, 4, 5])}, {"y": (F, None)}, 21, init), rtol=0, atol=0)
+    assert set(ops_of(result)) <= {"slice", "pad"}
+
+
 @pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
 @pytest.mark.parametrize("shape, pads", [([5], [4, 3]), ([3, 4], [2, 0, 1, 3]), ([2, 3, 4], [0, 2, 3, 1, 1, 2]),
                                          ([2, 3], [0, 0, 0, 0])])

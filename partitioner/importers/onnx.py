@@ -1634,7 +1634,8 @@ def _concat(cx: _Converter, node: onnx.NodeProto) -> str:
 
 @_register("Pad")
 def _pad(cx: _Converter, node: onnx.NodeProto) -> str:
-    """Constant padding is ``pad``. ``reflect``, ``edge`` and ``wrap`` (opset 19) are,
+    """Constant padding is ``pad`` (negative pads crop: :func:`_pad_constant`).
+    ``reflect``, ``edge`` and ``wrap`` (opset 19) are,
     axis by axis, a ``concat`` of X with slices of it: mirrored without the edge
     (a step of -1), the edge element broadcast, or the far end, each at most as long
     as the axis (longer reflections are custom); no arithmetic, so exact."""
@@ -1657,13 +1658,28 @@ def _pad(cx: _Converter, node: onnx.NodeProto) -> str:
             full[axis], full[axis + rank] = pads[i], pads[i + len(axes)]
         pads = full
     if mode == "constant":
-        return cx.emit(node, "pad", [x], {"pads": pads, "value": value})
+        return _pad_constant(cx, node, x, pads, value)
     if min(pads, default=0) < 0:
         raise Unmappable(f"negative pads {pads} in mode '{mode}'")
     padded = [a for a in range(rank) if pads[a] or pads[a + rank]]
     for k, axis in enumerate(padded):
         x = _pad_axis(cx, node, x, axis, pads[axis], pads[axis + rank], mode, k == len(padded) - 1)
     return x if padded else _reshape_to(cx, node, list(shape), x)
+
+
+def _pad_constant(cx: _Converter, node: onnx.NodeProto, x: str, pads: list[int], value) -> str:
+    """Constant padding: ``pad``, then a ``slice`` that crops where a pad is negative
+    (as onnxruntime reads a negative pad, which may crop into the other side's
+    padding; the format's pads are at least 0)."""
+    if min(pads, default=0) >= 0:
+        return cx.emit(node, "pad", [x], {"pads": pads, "value": value})
+    rank = len(pads) // 2
+    if max(pads) > 0:
+        x = cx.helper(node, "padded", "pad", [x], {"pads": [max(p, 0) for p in pads], "value": value})
+    shape = cx.b.type(x).shape
+    axes = [a for a in range(rank) if min(pads[a], pads[a + rank]) < 0]
+    return cx.emit(node, "slice", [x], {"starts": [max(-pads[a], 0) for a in axes],
+                                        "ends": [shape[a] - max(-pads[a + rank], 0) for a in axes], "axes": axes})
 
 
 def _pad_axis(cx: _Converter, node: onnx.NodeProto, x: str, axis: int, before: int, after: int, mode: str,
