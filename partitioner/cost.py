@@ -39,7 +39,7 @@ from .dtypes import HALFS, compute_dtype, itemsize, product_accumulator, reducti
 from .graph import Op, bits
 from .group import Group
 from .hardware import Hardware
-from .ops import conv2d_output, matmul_shapes, transpose_perm
+from .ops import ALONE_CLASSES, conv2d_output, matmul_shapes, transpose_perm
 from .pooling import geometry, window_elements
 
 #: The objectives the ILP can minimise (``--objective``).
@@ -485,6 +485,47 @@ def _free_prologue(g, i: int, op) -> bool:
         touched += min(g.tensor(base).nbytes, g.touched_bytes(op.name, base))
     size = op.out.nbytes
     return touched <= size and all(g.touched_bytes(r, op.name) >= size for r in g.names(g.readers_of[i]))
+
+
+def movable_copies(graph) -> dict[int, tuple[int, int]]:
+    """Ops that only copy values from one storage for one reader, as op index ->
+    (bitset of that reader, bitset of the storage's producer, 0 for a graph input),
+    computed once per graph: an elementwise, broadcast or injective op of no FLOP
+    (a transpose, a slice, a cast, a pad) that reads one storage, touching no more
+    bytes of it than its result holds, whose result has elements and is no graph
+    output, and is read by one op that touches all of it and may fuse (no
+    gather, scan or custom op); no free or input prologue (:func:`free_prologues`,
+    :func:`input_prologues`).
+
+    Under the ``time`` and ``traffic`` objectives, taken out of a group that holds
+    neither its reader nor its operand's producer, such an op leaves the group
+    legal and no costlier (``docs/strategies.md``, *Movable copies*), and taken into
+    its reader's group it reads its operand where that group read its result, no
+    more bytes; the enumeration checks the latter for every candidate that holds
+    the reader (``strategies.candidates``)."""
+    found = graph.cache.get("movable_copies")
+    if found is None:
+        free, prologues = free_prologues(graph), input_prologues(graph)
+        found = graph.cache["movable_copies"] = {
+            i: move for i, op in enumerate(graph.ops.values())
+            if i not in free and not prologues >> i & 1 and (move := _movable_copy(graph, i, op)) is not None}
+    return found
+
+
+def _movable_copy(g, i: int, op) -> tuple[int, int] | None:
+    if (op.is_view or op.op_class not in PROLOGUE_CLASSES or flops_once(g, op) or g.writes_out[i]
+            or not op.out.numel):
+        return None
+    readers, bases = g.readers_of[i], list(g.storage_reads[op.name])
+    if readers.bit_count() != 1 or len(bases) != 1:
+        return None
+    reader, size = g.order[readers.bit_length() - 1], op.out.nbytes
+    if g.ops[reader].op_class in ALONE_CLASSES:  # it could not take the copy in
+        return None
+    if g.touched_bytes(op.name, bases[0]) > size or g.touched_bytes(reader, op.name) < size:
+        return None
+    producer = g.index.get(bases[0])
+    return readers, 0 if producer is None else 1 << producer
 
 
 #: Op classes an input prologue (:func:`input_prologues`) may have: those a group of any

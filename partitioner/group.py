@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .graph import Graph, Op, bits
+from .ops import ALONE_CLASSES
 
 
 class cached_property:
@@ -130,7 +131,7 @@ class Group:
             return "attention" if chained or "reduction" in classes else "contraction"
         if "reduction" in classes:
             return "reduction"
-        if classes & {"gather", "opaque", "scan"}:
+        if classes & ALONE_CLASSES:
             return "single"
         return "pointwise"
 

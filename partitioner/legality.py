@@ -56,6 +56,7 @@ from . import attention, horizontal
 from .cost import DEFAULT_MAX_OPS, budget_overruns
 from .errors import IllegalPlan
 from .graph import Graph, Op, bits
+from .ops import ALONE_CLASSES
 from .group import Group
 from .hardware import Hardware, load_hardware
 
@@ -119,7 +120,7 @@ def hereditary_violation(g: Graph, mask: int, max_ops: int = DEFAULT_MAX_OPS) ->
     """
     compute = mask & g.compute_mask
     classes = g.class_masks
-    never = compute & (classes.get("gather", 0) | classes.get("opaque", 0) | classes.get("scan", 0))
+    never = compute & sum(classes.get(c, 0) for c in ALONE_CLASSES)
     if never and compute != never & -never:
         op = g.ops[g.names(never & -never)[0]]
         return IllegalPlan("op.never_fuses", f"{op.kind} '{op.name}' never fuses with other ops", (op.name,))

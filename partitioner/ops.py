@@ -767,6 +767,11 @@ def _ref_custom(values, attrs, operand_types, out):
 REGISTRY: dict[str, OpSpec] = {}
 
 
+#: Op classes that never fuse: each such op (a gather, a scan, a custom op) is a kernel
+#: of its own (``legality``: ``op.never_fuses``).
+ALONE_CLASSES = frozenset({"gather", "opaque", "scan"})
+
+
 def _register(spec: OpSpec) -> None:
     REGISTRY[spec.name] = spec
 

@@ -186,3 +186,43 @@ def prologue_graphs(draw, max_ops: int = 6):
     inputs = [entry for entry in spec["inputs"] if entry["name"] in names] + \
         [{"name": "p", "shape": param, "dtype": dtype}]
     return load_graph({"name": "prologue", "inputs": inputs, "ops": ops, "outputs": list(dict.fromkeys(outputs))})
+
+
+@st.composite
+def copy_graphs(draw):
+    """Copies of one tensor (``cost.movable_copies``), as an unrolled recurrent
+    network's per-step weight transposes and slices of one product: a ``[256, 256]``
+    tensor, a graph input or ``exp`` of one, read by two or three transposes, row
+    slices or casts, each read by one op (a matmul, a row sum, an add, a relu), and
+    sometimes also by an op of its own; the readers' results are outputs."""
+    dtype = draw(st.sampled_from(["float32", "float16"]))
+    computed = draw(st.booleans())
+    ops = [{"name": "p", "op": "exp", "inputs": ["x"]}] if computed else []
+    source = "p" if computed else "x"
+    outputs = ["p"] if computed and draw(st.booleans()) else []
+    for k in range(draw(st.integers(2, 3))):
+        copy = draw(st.sampled_from(["transpose", "rows", "cast"]))
+        name = f"c{k}"
+        if copy == "transpose":
+            ops.append({"name": name, "op": "transpose", "inputs": [source], "attrs": {"perm": [1, 0]}})
+        elif copy == "rows":
+            start = draw(st.sampled_from([0, 64, 128]))
+            ops.append({"name": name, "op": "slice", "inputs": [source],
+                        "attrs": {"starts": [start], "ends": [start + 128], "axes": [0]}})
+        else:
+            other = "float16" if dtype == "float32" else "float32"
+            ops.append({"name": name, "op": "cast", "inputs": [source], "attrs": {"dtype": other}})
+        reader = draw(st.sampled_from(["matmul", "reduce_sum", "add", "relu"] if copy != "cast" else
+                                      ["reduce_sum", "relu"]))
+        inputs = {"matmul": [name, "w"], "reduce_sum": [name], "add": [name, name], "relu": [name]}[reader]
+        attrs = {"attrs": {"axes": [1]}} if reader == "reduce_sum" else {}
+        ops.append({"name": f"r{k}", "op": reader, "inputs": inputs, **attrs})
+        outputs.append(f"r{k}")
+    if draw(st.booleans()):  # an op of the tensor's own, sharing it with the copies
+        ops.append({"name": "own", "op": "neg", "inputs": [source]})
+        outputs.append("own")
+    names = {i for o in ops for i in o["inputs"]}
+    inputs = [{"name": "x", "shape": [256, 256], "dtype": dtype}]
+    if "w" in names:
+        inputs.append({"name": "w", "shape": [256, 64], "dtype": dtype})
+    return load_graph({"name": "copies", "inputs": inputs, "ops": ops, "outputs": outputs})

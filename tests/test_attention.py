@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from partitioner import IllegalPlan, PROFILES, evaluate, load_graph, partition
 from partitioner.attention import pairs, structure
-from partitioner.cost import free_prologues, group_cost, input_prologues
+from partitioner.cost import free_prologues, group_cost, input_prologues, movable_copies
 from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import check_acyclic, check_group
@@ -353,7 +353,7 @@ def usable_groups(graph, hw=H100):
             if all(not g.readers_of[i] & ~group.compute_mask & ~together[i] for i in bits(group.recomputed))}
 
 
-def needed_groups(graph, recompute=False, hw=H100, kind="time"):
+def needed_groups(graph, recompute=False, hw=H100, kind="time", kept=0):
     """What the enumeration of ``kind`` on ``hw`` must find under the time and
     traffic objectives: the :func:`legal_groups` less, without ``recompute``, each
     group ``S`` of two or more ops that leaves out prologues it holds every reader
@@ -366,6 +366,7 @@ def needed_groups(graph, recompute=False, hw=H100, kind="time"):
       ``S``, closed under producers, whose readers are all in ``S`` or the set.
       Left out, they are a kernel of their own at least (one launch).
 
+    It also leaves out the :func:`stranded_groups` (but for the copies ``kept``).
     The enumeration may keep some of those (a prologue outside the region of the
     search that finds the group, or one ``cost.prologue_excess`` does not bound
     below a launch), never fewer."""
@@ -390,7 +391,19 @@ def needed_groups(graph, recompute=False, hw=H100, kind="time"):
             return False
         return not cheap or cost(full) <= cost(mask) + hw.launch_bytes.numerator
 
-    return {(mask, writes) for mask, writes in legal if not dominated(mask)}
+    stranded = stranded_groups(graph, masks, kept)
+    return {(mask, writes) for mask, writes in legal if not dominated(mask) and mask not in stranded}
+
+
+def stranded_groups(graph, masks, kept: int = 0) -> set:
+    """Of the legal groups ``masks`` (compute-op bitsets), those of two or more ops,
+    pointwise or contraction, that hold a movable copy (``cost.movable_copies``, less
+    the bitset ``kept``) without its reader and without its operand's producer: what
+    the enumeration leaves out (``_Search.stranded``)."""
+    copies = {t: move for t, move in movable_copies(graph).items() if not kept >> t & 1}
+    return {mask for mask in masks if mask & (mask - 1)
+            and any(mask >> t & 1 and not (reader | producer) & mask for t, (reader, producer) in copies.items())
+            and Group(graph, graph.convex_hull(mask)).kind in ("pointwise", "contraction")}
 
 
 def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
@@ -399,7 +412,9 @@ def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
     it left out once (``Candidates.dominated``). Returns its groups."""
     pairs = found_groups(graph, found)
     legal = legal_groups(graph, recompute)
-    needed = needed_groups(graph, recompute)
+    needed = needed_groups(graph, recompute, kept=found.kept)
+    dropped = set() if recompute else stranded_groups(graph, {mask for mask, _ in legal}, found.kept)
+    stranded = {pair for pair in legal if pair[0] in dropped}
     assert found.complete and len(pairs) == len(set(pairs))
     assert needed <= set(pairs) <= legal
     untried = set()
@@ -409,8 +424,8 @@ def assert_finds_the_needed_groups(graph, found, recompute=False) -> set:
             pair[bool(group.recomputed & graph.never_recomputed_mask)].add((group.compute_mask,
                                                                              frozenset(group.writes)))
         untried = pair[True] - pair[False]
-    assert not untried & needed
-    assert found.dominated == len(legal - untried) - len(pairs)
+    assert not untried & needed and not stranded & set(pairs)
+    assert found.dominated == len(legal - untried - stranded) - len(pairs)
     return set(pairs)
 
 

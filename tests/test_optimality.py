@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from partitioner import evaluate, load_graph, load_hardware, partition
 from partitioner.cost import (FREE_PROLOGUE_OBJECTIVES, OBJECTIVES, display_value, free_prologues, input_prologues,
-                             objective, prologue_excess)
+                             movable_copies, objective, prologue_excess)
 from partitioner.graph import bits
 from partitioner.group import Group
 from partitioner.legality import is_legal
@@ -27,7 +27,7 @@ from partitioner.strategies.ilp import structural_bound
 from partitioner.strategies.xla import xla_time
 
 from .conftest import make_graph, op
-from .random_graphs import prologue_graphs, repeated_graphs, shared_graphs, small_graphs
+from .random_graphs import copy_graphs, prologue_graphs, repeated_graphs, shared_graphs, small_graphs
 from .test_attention import (assert_finds_the_needed_groups, best_covering, convex_groups, found_groups,
                              legal_groups, legal_variants, needed_groups, prologues_left_out)
 
@@ -277,6 +277,89 @@ def test_ilp_equals_brute_force_with_input_prologues(graph):
     assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64))
     assert_ilp_exact(graph)
     assert_ilp_exact(graph, SLOW)
+
+
+def assert_stranded_copies_taken_out_save_nothing(graph) -> int:
+    """The lemma the enumeration's rule on movable copies rests on
+    (``docs/strategies.md``, *Movable copies*), by brute force over every legal
+    pointwise or contraction group ``S`` of two or more ops: ``S`` less the copies
+    stranded in it (``cost.movable_copies``: neither their reader nor their
+    operand's producer in ``S``) is legal, or empty, and costs no more, in time and
+    traffic on either profile. Returns how many groups held a stranded copy."""
+    copies = movable_copies(graph)
+    compared = 0
+    for group in legal_variants(graph, recompute=False):
+        mask = group.compute_mask
+        if not mask & (mask - 1) or group.kind not in ("pointwise", "contraction"):
+            continue
+        stranded = sum(1 << t for t, (reader, producer) in copies.items()
+                       if mask >> t & 1 and not (reader | producer) & mask)
+        if not stranded:
+            continue
+        compared += 1
+        rest = mask & ~stranded
+        if not rest:
+            continue
+        smaller = Group(graph, graph.convex_hull(rest))
+        assert is_legal(smaller, H100) and smaller.compute_mask == rest, (group.ops, smaller.ops)
+        for hw, kind in itertools.product((H100, SLOW), FREE_PROLOGUE_OBJECTIVES):
+            assert objective(smaller, hw, kind) <= objective(group, hw, kind), (group.ops, hw.name, kind)
+    return compared
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(copy_graphs(), small_graphs(max_ops=7)))
+def test_a_stranded_copy_taken_out_leaves_a_legal_group_no_costlier(graph):
+    assert_stranded_copies_taken_out_save_nothing(graph)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(copy_graphs())
+def test_ilp_equals_brute_force_with_copies_of_one_tensor(graph):
+    """The enumeration drops only the groups holding a stranded copy (and those the
+    prologues dominate), and the plans stay exact, when bytes or compute decide."""
+    assert_finds_the_needed_groups(graph, enumerate_candidates(graph, H100, 64))
+    assert_ilp_exact(graph)
+    assert_ilp_exact(graph, SLOW)
+
+
+def test_transposes_of_one_weight_move_into_their_matmuls():
+    """Three per-step transposes of one weight, each read by one matmul, as an
+    unrolled LSTM exports its recurrent weight: every set of two or more of them
+    (a legal horizontal copy) is left out, as is each matmul's group with another
+    step's transpose, and the plan stays exact."""
+    g = make_graph({"u": [64, 32], "w": [48, 32]},
+                   [op(f"t{k}", "transpose", ["w"], perm=[1, 0]) for k in range(3)] +
+                   [op(f"m{k}", "matmul", ["u", f"t{k}"]) for k in range(3)], [f"m{k}" for k in range(3)])
+    assert sorted(g.order[t] for t in movable_copies(g)) == ["t0", "t1", "t2"]
+    assert assert_stranded_copies_taken_out_save_nothing(g) > 0
+    found = enumerate_candidates(g, H100, 64)
+    assert not found.kept  # (the sets are cut as their branches start: none is emitted to count)
+    assert g.mask(["t0", "t1"]) not in found.masks and g.mask(["t0", "m1"]) not in found.masks
+    assert g.mask(["t0", "m0"]) in found.masks and g.mask(["t0"]) in found.masks
+    assert_finds_the_needed_groups(g, found)
+    assert_ilp_exact(g)
+
+
+def test_a_copy_whose_move_the_candidates_do_not_bear_out_is_kept():
+    """On a profile of 4 KiB of shared memory a block, a transpose fits a kernel only
+    alone (its tile takes 4,224 bytes), so ``{r, o}`` cannot take in its copy ``t``:
+    the check finds the move fails, and the search runs again with both transposes'
+    sets kept. The plan stays exact there, and on the H100 the copies move."""
+    small = dataclasses.replace(H100, name="small-smem", smem_per_block_default_bytes=4096,
+                                smem_per_block_optin_bytes=4096)
+    g = make_graph({"x": [256, 256], "y": [256, 256]},
+                   [op("t", "transpose", ["x"], perm=[1, 0]), op("r", "add", ["t", "y"]), op("o", "relu", ["r"]),
+                    op("t2", "transpose", ["x"], perm=[1, 0]), op("r2", "neg", ["t2"])], ["o", "r2"])
+    found = enumerate_candidates(g, small, 64)
+    assert found.kept == g.mask(["t", "t2"]) and found.stranded == 0
+    assert g.mask(["r", "o"]) in found.masks and g.mask(["t", "r", "o"]) not in found.masks
+    assert_ilp_exact(g, small)
+    moved = enumerate_candidates(g, H100, 64)
+    both = g.mask(["t", "t2"])  # a legal horizontal copy there, of two stranded copies
+    assert not moved.kept and both not in moved.masks and is_legal(Group(g, both), H100)
+    assert_finds_the_needed_groups(g, moved)
+    assert_ilp_exact(g)
 
 
 def test_a_batch_norm_takes_in_its_parameters_rsqrt():

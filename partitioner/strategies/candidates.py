@@ -56,6 +56,13 @@ more ops that holds every reader of some but not them (:meth:`_Search.left_out`)
 candidate when the set with them is a legal group and taking them in costs at most
 the launch they need apart (``cost.prologue_excess``). A search's region holds the
 input prologues whose every reader it can hold, so its structure records them.
+Under the same objectives, a pointwise or contraction set of two or more ops that
+holds a *movable copy* (``cost.movable_copies``: a transpose, slice or cast read by
+one op) but neither its reader nor its operand's producer is no candidate
+(:meth:`_Search.stranded`), and a branch whose every set would hold one is cut: such
+a copy taken out leaves the group legal and no costlier, and once the search is
+complete each copy's move into every candidate holding its reader is checked
+(:func:`_unverified_moves`); a copy whose move fails is kept, searched again.
 
 With ``recompute``, a set holding recomputable ops (``Graph.recomputable_mask``) is a
 candidate once per choice of the members it recomputes that changes what it writes
@@ -87,8 +94,8 @@ from typing import Callable
 
 from .. import horizontal
 from ..attention import Pair, pairs
-from ..cost import (FREE_PROLOGUE_OBJECTIVES, free_prologues, input_prologues, objective, prologue_excess,
-                    unit_flops)
+from ..cost import (FREE_PROLOGUE_OBJECTIVES, free_prologues, input_prologues, movable_copies, objective,
+                    prologue_excess, unit_flops)
 from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
@@ -120,6 +127,7 @@ class _Job:
     region: list[int] = field(default_factory=list)  # the ops that key describes, in order
     found: list[int] = field(default_factory=list)  # positions of the candidates it emitted
     dominated: int = 0  # the sets it left out for a free prologue
+    stranded: int = 0  # the sets it left out for a stranded copy
     followers: list["_Job"] = field(default_factory=list)  # jobs of the same key, waiting for its result
 
 
@@ -137,6 +145,10 @@ MAX_WORK_PER_ANCHOR = 2_000_000
 # Horizontal siblings (``horizontal.py``) seed every subset of two or more of their
 # class: up to 2^10 - 11 = 1,013 seeds for a class of 10 (Llama has classes of 3 and 2).
 MAX_SIBLINGS = 10
+# Job kinds whose sets holding a stranded copy are left out (:meth:`_Search.stranded`):
+# their groups' rules only grow with the group and what it writes, so taking the copy
+# out keeps them legal (``docs/strategies.md``, *Movable copies*).
+STRANDING_KINDS = frozenset({"pointwise", "contraction"})
 
 #: Why an enumeration stopped short (``Candidates.stopped``), as the report words it.
 STOPPED_BY = {
@@ -159,7 +171,12 @@ class Candidates:
     ``states`` counts the search states visited and ``work`` the search's work
     (:data:`CANDIDATE_WORK`); ``seconds`` is measured wall time, for reports only (no
     budget reads it). ``dominated`` counts the legal sets left out for a free prologue
-    (:meth:`_Search.dominated`), a replayed search's as many as its leader's.
+    (:meth:`_Search.dominated`), a replayed search's as many as its leader's;
+    ``stranded`` the sets left out for a stranded copy when emitted
+    (:meth:`_Search.stranded`; a branch of them is cut unvisited, uncounted); and
+    ``kept`` (a bitset) the movable copies whose moves the candidates of a first
+    search did not bear out, searched again with their sets kept
+    (:func:`_unverified_moves`).
     """
 
     masks: list[int]
@@ -171,6 +188,8 @@ class Candidates:
     stopped: tuple[str, ...]
     replayed: int = 0
     dominated: int = 0
+    stranded: int = 0
+    kept: int = 0
 
     @property
     def complete(self) -> bool:
@@ -199,7 +218,7 @@ class _Search:
 
     def __init__(self, graph: Graph, hw: Hardware, max_ops: int, max_work: int, max_candidates: int, kind: str,
                  tick: Callable[[int], None] | None, checkpoint: tuple[int, Callable[[], None]] | None,
-                 recompute: bool):
+                 recompute: bool, kept: int = 0):
         self.graph, self.hw, self.max_ops, self.kind = graph, hw, max_ops, kind
         self.max_work, self.max_candidates, self.tick = max_work, max_candidates, tick
         self.checkpoint = checkpoint
@@ -262,12 +281,19 @@ class _Search:
             for r in bits(readers & self.prologues):
                 self.final[t] |= self.final[r]
         self.absorbing = sum(1 << r for r in self.free_read) | sum(1 << r for r in self.fed)
+        # copies (cost.movable_copies) a pointwise or contraction group of two or more ops
+        # holds without their reader or their operand's producer (stranded): such a group
+        # is no candidate; ``kept`` are copies whose moves a first search did not bear out
+        self.movable = {} if kind not in FREE_PROLOGUE_OBJECTIVES or recompute else {
+            i: move for i, move in movable_copies(graph).items() if not kept >> i & 1}
+        self.movable_mask = sum(1 << i for i in self.movable)
         # a set with the prologues it leaves out -> whether its group is legal, the group, and
         # its ops' FLOP (cost.unit_flops) where input prologues are among them
         self.taken_in: dict[int, tuple[bool, Group, dict | None]] = {}
         self.region = 0  # the running job's region (_Search.structure), as a bitset
         self.running: _Job | None = None  # the job being searched
         self.dominated_sets = 0  # sets left out for a free prologue, replayed ones included
+        self.stranded_sets = 0  # sets left out for a stranded copy, replayed ones included
         self.masks: list[int] = []
         self.costs: list[int] = []
         self.recomputed: list[int] = []
@@ -389,6 +415,11 @@ class _Search:
         g = self.graph
         if (hull ^ mask) & g.compute_mask:
             return  # not convex: the hull takes in another compute op
+        if mask & self.movable_mask and mask & (mask - 1) and self.running.kind in STRANDING_KINDS \
+                and self.stranded(mask, mask):
+            self.running.stranded += 1
+            self.stranded_sets += 1
+            return  # (an op alone is kept: the ilp starts from one group per op)
         if mask & self.absorbing and mask & (mask - 1) and self.dominated(mask):
             self.running.dominated += 1
             self.dominated_sets += 1
@@ -400,6 +431,18 @@ class _Search:
             real = g.convex_hull(mask, recomputed)
             if not (real ^ mask) & g.compute_mask:
                 self.add(mask, real, recomputed)
+
+    def stranded(self, mask: int, keep: int) -> bool:
+        """Whether a movable copy among ``mask`` has neither its reader nor its
+        operand's producer in ``keep`` (a bitset): then a group of two or more ops of
+        ``mask`` that holds only ``keep``'s ops is no candidate, since the plan that
+        moves the copy into its reader's group is legal and no costlier
+        (``docs/strategies.md``, *Movable copies*; :func:`_unverified_moves`)."""
+        for t in bits(mask & self.movable_mask):
+            reader, producer = self.movable[t]
+            if not (reader | producer) & keep:
+                return True
+        return False
 
     def dominated(self, mask: int) -> bool:
         """Whether ``mask`` leaves out prologues of the running job's region whose
@@ -630,7 +673,8 @@ class _Search:
         outside ``H`` or is a graph output, whether it is in the seed or the reach,
         its neighbours there, whether a group recomputing it recomputes its producers
         too (``Graph.input_derived_mask``: which decides :meth:`variants`), and
-        whether it is a free prologue (which decides what :meth:`dominated` drops).
+        whether it is a free prologue (which decides what :meth:`dominated` drops) or a
+        movable copy (which decides what :meth:`stranded` drops).
 
         Two jobs of one kind with equal structures emit the same candidates up to the
         order-preserving map between their regions, at the same costs: a candidate is
@@ -665,7 +709,7 @@ class _Search:
             near = tuple(position[j] for j in bits(self.adj[i] & held)) if role else ()
             ops.append((g.op_keys[i], operands, inside, len(inside) != readers.bit_count(), g.writes_out[i], role,
                         near, self._reentry(i, hull, position), i in self.recomputed_with_producers,
-                        i in self.free, i in self.prologue_ops))
+                        i in self.free, i in self.prologue_ops, i in self.movable))
         self.work += len(region)
         return (job.kind, tuple(ops)), region
 
@@ -713,8 +757,9 @@ class _Search:
             self.costs.append(self.costs[k])
             self.recomputed.append(recomputed)
             self.work += 1
-        job.dominated = leader.dominated
+        job.dominated, job.stranded = leader.dominated, leader.stranded
         self.dominated_sets += leader.dominated
+        self.stranded_sets += leader.stranded
         self.replayed += 1
 
     def job(self, kind: str, anchor: int, universe: int, later: int) -> _Job:
@@ -774,6 +819,8 @@ class _Search:
                 if doomed:
                     continue
             self.emit(mask, hull)
+            if mask & self.movable_mask and kind in STRANDING_KINDS and self.stranded(mask, mask | addable):
+                continue  # every larger set of the branch holds that copy stranded
             children = []
             while ext:
                 low = ext & -ext
@@ -808,16 +855,72 @@ def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int
     ``recompute``, each set of ops is a candidate once per choice of the
     recomputable members it recomputes (``Candidates.recomputed``)."""
     begin = time.perf_counter()
-    search = _Search(graph, hw, max_ops, max_work, max_candidates, kind, tick, checkpoint, recompute)
-    try:
-        pending = _anchors(graph, search)
-        while pending:
-            pending = _searches(search, pending)
-    except _Stop:
-        _replay_waiting(search)
-    return Candidates(search.masks, search.costs, search.recomputed, search.states, search.work,
+    kept = spent = 0
+    while True:
+        search = _Search(graph, hw, max_ops, max(1, max_work - spent), max_candidates, kind, tick, checkpoint,
+                         recompute, kept)
+        try:
+            pending = _anchors(graph, search)
+            while pending:
+                pending = _searches(search, pending)
+        except _Stop:
+            _replay_waiting(search)
+        unverified = 0 if search.stopped else _unverified_moves(search)
+        if not unverified:
+            break
+        kept |= unverified  # searched again with their sets kept: a rare case, paid twice
+        spent += search.work
+        if search.checkpoint is not None:  # not reached yet: as far on in the work in all
+            checkpoint = (max(0, search.checkpoint[0] - search.work), search.checkpoint[1])
+        else:
+            checkpoint = None
+    return Candidates(search.masks, search.costs, search.recomputed, search.states, search.work + spent,
                       time.perf_counter() - begin, tuple(search.stopped), search.replayed,
-                      search.dominated_sets)
+                      search.dominated_sets, search.stranded_sets, kept)
+
+
+def _unverified_moves(search: _Search) -> int:
+    """The movable copies (a bitset) whose move into their reader's group the
+    candidates do not bear out: for some candidate ``R`` holding the copy's reader
+    but not the copy, ``R`` with the copy is no legal group (a candidate, or one the
+    prologue rules left out), or costs more. Where every
+    copy's moves hold, a plan over every legal group can be turned into one over the
+    candidates that costs no more (``docs/strategies.md``, *Movable copies*): so the
+    sets :meth:`_Search.stranded` left out are not needed."""
+    if not search.movable:
+        return 0
+    position = {mask: k for k, mask in enumerate(search.masks)}  # one per mask: no recomputation here
+    readers = 0
+    for reader, _ in search.movable.values():
+        readers |= reader
+    holding: dict[int, list[int]] = {}
+    for k, mask in enumerate(search.masks):
+        for r in bits(mask & readers):
+            holding.setdefault(r, []).append(k)
+    out = 0
+    for t, (reader, _) in search.movable.items():
+        for k in holding.get(reader.bit_length() - 1, ()):
+            mask = search.masks[k]
+            if not mask >> t & 1:
+                moved = position.get(mask | 1 << t)
+                cost = search.costs[moved] if moved is not None else _judged(search, mask | 1 << t)
+                if cost is None or cost > search.costs[k]:
+                    out |= 1 << t
+                    break
+    search.work += len(search.masks)
+    return out
+
+
+def _judged(search: _Search, mask: int) -> int | None:
+    """The objective of the group of ``mask``, or ``None`` when it is not legal: for a
+    set the prologue rules left out (a matmul alone with another step's copy, not its
+    weight's free transpose), whose plan those rules' exchange then mends."""
+    g = search.graph
+    hull = g.convex_hull(mask)
+    if (hull ^ mask) & g.compute_mask:
+        return None
+    legal, cost = search.decide(Group(g, hull))
+    return cost if legal else None
 
 
 def _replay_waiting(search: _Search) -> None:

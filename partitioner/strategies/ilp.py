@@ -61,6 +61,7 @@ from ..graph import Graph, bits
 from ..group import Group
 from ..hardware import Hardware
 from ..legality import covering_groups, dependencies, is_legal
+from ..ops import ALONE_CLASSES
 from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .conflicts import Conflicts, Exclusive, exclusive_ops
@@ -246,7 +247,7 @@ def _launch_bound(g: Graph, max_ops: int) -> int:
     classes = {name: mask & launching for name, mask in g.class_masks.items()}
     pairs = [p for p in attention.pairs(g) if (1 << g.index[p.c1] | 1 << g.index[p.c2]) & launching]
     matched = len(nx.max_weight_matching(nx.Graph([(p.c1, p.c2) for p in pairs]), maxcardinality=True))
-    groups = (classes.get("gather", 0) | classes.get("opaque", 0) | classes.get("scan", 0)).bit_count()
+    groups = sum(classes.get(c, 0) for c in ALONE_CLASSES).bit_count()
     # horizontal siblings may share a group: count each class once (a matching's pairs
     # still save at most one launch each: each covers at most two classes)
     contractions = classes.get("contraction", 0)
@@ -708,6 +709,8 @@ class Ilp(Strategy):
             "enumeration_work": cands.work,
             "enumeration_replayed": cands.replayed,
             "enumeration_dominated": cands.dominated,
+            "enumeration_stranded": cands.stranded,
+            "movable_copies_kept": cands.kept.bit_count(),
             "enumeration_s": round(cands.seconds - during, 3),
             "heuristics_s": round(warm.seconds, 3),
             "parts": solved.parts,
