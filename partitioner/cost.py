@@ -456,8 +456,9 @@ FREE_PROLOGUE_OBJECTIVES = ("time", "traffic")
 def free_prologues(graph) -> dict[int, int]:
     """Ops that a group holding all their readers takes in at no cost under the
     ``time`` and ``traffic`` objectives, as op index -> bitset of its readers,
-    computed once per graph: an op of no FLOP (the transpose of a weight that only a
-    matmul reads, which a GEMM does as it loads its B operand, as cuBLAS's ``transb``)
+    computed once per graph: an elementwise, broadcast or injective op of no FLOP
+    (the transpose of a weight that only a matmul reads, which a GEMM does as it
+    loads its B operand, as cuBLAS's ``transb``)
     whose operands are graph inputs that nothing else reads, whose result has
     elements and is no graph output, and whose readers each touch all of that
     result, no fewer bytes than the op touches of its operands.
@@ -476,8 +477,9 @@ def free_prologues(graph) -> dict[int, int]:
 
 
 def _free_prologue(g, i: int, op) -> bool:
-    if op.is_view or flops_once(g, op) or g.writes_out[i] or not op.out.numel or not g.readers_of[i]:
-        return False
+    if (op.is_view or op.op_class not in PROLOGUE_CLASSES or flops_once(g, op) or g.writes_out[i] or not op.out.numel
+            or not g.readers_of[i]):
+        return False  # (a custom op or a gather of no FLOP never fuses: no group takes it in)
     touched = 0
     for base in g.storage_reads[op.name]:
         if g.producer(base) is not None or g.storage_readers[base] != 1 << i:

@@ -396,12 +396,13 @@ def needed_groups(graph, recompute=False, hw=H100, kind="time", kept=0):
 
 
 def stranded_groups(graph, masks, kept: int = 0) -> set:
-    """Of the legal groups ``masks`` (compute-op bitsets), those of two or more ops,
-    pointwise or contraction, that hold a movable copy (``cost.movable_copies``, less
+    """Of the legal groups ``masks`` (compute-op bitsets), those of two or more ops and
+    no pool, pointwise or contraction, that hold a movable copy (``cost.movable_copies``, less
     the bitset ``kept``) without its reader and without its operand's producer: what
     the enumeration leaves out (``_Search.stranded``)."""
     copies = {t: move for t, move in movable_copies(graph).items() if not kept >> t & 1}
-    return {mask for mask in masks if mask & (mask - 1)
+    windows = graph.class_masks.get("window", 0)
+    return {mask for mask in masks if mask & (mask - 1) and not mask & windows
             and any(mask >> t & 1 and not (reader | producer) & mask for t, (reader, producer) in copies.items())
             and Group(graph, graph.convex_hull(mask)).kind in ("pointwise", "contraction")}
 

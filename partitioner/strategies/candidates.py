@@ -56,9 +56,9 @@ more ops that holds every reader of some but not them (:meth:`_Search.left_out`)
 candidate when the set with them is a legal group and taking them in costs at most
 the launch they need apart (``cost.prologue_excess``). A search's region holds the
 input prologues whose every reader it can hold, so its structure records them.
-Under the same objectives, a pointwise or contraction set of two or more ops that
-holds a *movable copy* (``cost.movable_copies``: a transpose, slice or cast read by
-one op) but neither its reader nor its operand's producer is no candidate
+Under the same objectives, a pointwise or contraction set of two or more ops and no
+pool that holds a *movable copy* (``cost.movable_copies``: a transpose, slice or
+cast read by one op) but neither its reader nor its operand's producer is no candidate
 (:meth:`_Search.stranded`), and a branch whose every set would hold one is cut: such
 a copy taken out leaves the group legal and no costlier, and once the search is
 complete each copy's move into every candidate holding its reader is checked
@@ -287,6 +287,10 @@ class _Search:
         self.movable = {} if kind not in FREE_PROLOGUE_OBJECTIVES or recompute else {
             i: move for i, move in movable_copies(graph).items() if not kept >> i & 1}
         self.movable_mask = sum(1 << i for i in self.movable)
+        # a pool's staged input rows (cost.window_rows) turn on when a copy leaves its group
+        # (a transpose of the innermost axis, another reader of its input, a value written
+        # in another shape turn them off), so a set that holds a pool keeps its copies
+        self.windows = classes.get("window", 0) & graph.compute_mask
         # a set with the prologues it leaves out -> whether its group is legal, the group, and
         # its ops' FLOP (cost.unit_flops) where input prologues are among them
         self.taken_in: dict[int, tuple[bool, Group, dict | None]] = {}
@@ -416,7 +420,7 @@ class _Search:
         if (hull ^ mask) & g.compute_mask:
             return  # not convex: the hull takes in another compute op
         if mask & self.movable_mask and mask & (mask - 1) and self.running.kind in STRANDING_KINDS \
-                and self.stranded(mask, mask):
+                and not mask & self.windows and self.stranded(mask, mask):
             self.running.stranded += 1
             self.stranded_sets += 1
             return  # (an op alone is kept: the ilp starts from one group per op)
@@ -819,7 +823,8 @@ class _Search:
                 if doomed:
                     continue
             self.emit(mask, hull)
-            if mask & self.movable_mask and kind in STRANDING_KINDS and self.stranded(mask, mask | addable):
+            if mask & self.movable_mask and kind in STRANDING_KINDS and not (mask | addable) & self.windows \
+                    and self.stranded(mask, mask | addable):
                 continue  # every larger set of the branch holds that copy stranded
             children = []
             while ext:
