@@ -80,14 +80,15 @@ def _ragged(value: Any, shape: tuple[int, ...]) -> str | None:
         path, rows, depth = stack.pop()
         if depth + 1 == len(shape):
             continue
-        for i, row in reversed(list(enumerate(rows))):
-            want, where = shape[depth + 1], f"{path}[{i}]"
+        want = shape[depth + 1]
+        for i, row in enumerate(rows):
+            where = f"{path}[{i}]"
             if not isinstance(row, (list, tuple)):
                 return f"{where} is one element where the input's shape {list(shape)} has a list of {want}"
             if len(row) != want:
                 return (f"{where} has {len(row)} element{'' if len(row) == 1 else 's'} where the input's shape "
                         f"{list(shape)} has {want}")
-            stack.append((where, row, depth + 1))
+        stack += [(f"{path}[{i}]", row, depth + 1) for i, row in reversed(list(enumerate(rows)))]
     return None
 
 
