@@ -56,9 +56,9 @@ from . import attention, horizontal
 from .cost import DEFAULT_MAX_OPS, budget_overruns
 from .errors import IllegalPlan
 from .graph import Graph, Op, bits
-from .ops import ALONE_CLASSES
 from .group import Group
 from .hardware import Hardware, load_hardware
+from .ops import ALONE_CLASSES
 
 # ---------------------------------------------------------------- group shape
 
