@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from partitioner import evaluate, load_graph, load_hardware, partition
 from partitioner.group import Group
-from partitioner.strategies.inductor import MAX_FUSION_SIZE
+from partitioner.strategies.inductor import MAX_FUSION_SIZE, PAIRWISE_ATTEMPTS, _Scheduler
 from partitioner.strategies.merging import Merging
 from partitioner.strategies.xla import xla_time
 
@@ -177,6 +177,25 @@ def test_inductor_fuses_siblings_that_read_one_buffer():
                        [op("s", "reduce_sum", ["x"], axes=[-1]), op("m", "reduce_max", ["x"], axes=[-1])],
                        ["s", "m"])
     assert groups_of(partition(graph, "inductor")) == [{"s", "m"}]
+
+
+
+def test_inductor_pairs_each_node_with_the_next_64_of_a_buffers_group(monkeypatch):
+    """``get_possible_fusions`` tries each node with at most the 64 nodes after it
+    among those using a buffer (``max_fusion_buffer_group_pairwise_attempts``); an
+    extern matmul, which never fuses, takes no place there."""
+    n = 100
+    ops = [op("mm", "matmul", ["x", "x"])] + [op(f"e{k}", "exp", ["x"]) for k in range(n)]
+    graph = make_graph({"x": [64, 64]}, ops, ["mm"] + [f"e{k}" for k in range(n)])
+    scheduler = _Scheduler(graph, load_hardware("h100"), 64)
+    scheduler.state.frozen.add(scheduler.state.owner[graph.index["mm"]])
+    tried = []
+    monkeypatch.setattr(scheduler, "can_fuse", lambda a, b: tried.append((a, b)) or False)
+    scheduler.possible_fusions()
+    place = {scheduler.state.owner[graph.index[f"e{k}"]]: k for k in range(n)}
+    gaps = [place[b] - place[a] for a, b in tried]
+    assert PAIRWISE_ATTEMPTS == 64 and min(gaps) == 1 and max(gaps) == 64
+    assert len(tried) == sum(min(64, n - 1 - k) for k in range(n))  # mm in no pair
 
 
 # ---------------------------------------------------------------- determinism

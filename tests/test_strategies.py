@@ -246,6 +246,53 @@ def test_stress_graphs_are_proven_optimal(spec):
         assert plan.cost.modeled_time_us == pytest.approx(evaluate(graph, [list(graph.ops)]).modeled_time_us)
 
 
+def test_a_wide_fan_out_keeps_one_pending_entry_per_state_on_its_stack(monkeypatch):
+    """A state of a 200-way concat can branch on hundreds of ops; its children are
+    made one at a time, so a search's stack holds at most two entries per level
+    (a state and the children it has yet to make), never one per child: every
+    anchor waiting to resume keeps its stack (6 GB on a 600-way concat before)."""
+    from partitioner.strategies import candidates
+
+    deepest = []
+    search = candidates._Search.search
+
+    def recording(self, job):
+        stack = job.stack
+
+        class Watched(list):
+            def append(self, entry):
+                super().append(entry)
+                deepest.append(len(self))
+
+        job.stack = Watched(stack)
+        try:
+            search(self, job)
+        finally:
+            stack[:] = job.stack
+            job.stack = stack
+
+    monkeypatch.setattr(candidates._Search, "search", recording)
+    graph = load_graph(_concat(200))
+    found = enumerate_candidates(graph, load_hardware("h100"), 64, max_work=200_000)
+    assert found.stopped and len(found.masks) > 500
+    assert max(deepest) <= 2 * 64 + 1  # one per child: 399 before
+
+
+def test_a_region_too_large_to_repeat_is_searched_alone_with_the_same_result(monkeypatch):
+    """Past ``SHARED_REGION_OPS`` a job's region gets a key of its own (no tuple per
+    op, kept per job): with every region past it, GPT-2 2L's repeated layers are
+    all searched afresh, and the candidates and costs are the same."""
+    from partitioner.strategies import candidates
+
+    graph = load_graph(ROOT / "graphs" / "gpt2_2l_b8_s1024_f16.yaml")
+    shared = enumerate_candidates(graph, load_hardware("h100"), 64)
+    monkeypatch.setattr(candidates, "SHARED_REGION_OPS", 0)
+    alone = enumerate_candidates(graph, load_hardware("h100"), 64)
+    assert shared.replayed > 50 and alone.replayed == 0
+    assert sorted(zip(alone.masks, alone.recomputed, alone.costs)) == \
+        sorted(zip(shared.masks, shared.recomputed, shared.costs))
+
+
 def test_a_heuristic_plan_that_meets_the_bound_is_proven_before_any_solve():
     """With default options, 12 sibling slices each summed: the heuristics are
     computed once the enumeration has done what they cost, and inductor's horizontal

@@ -149,6 +149,11 @@ MAX_SIBLINGS = 10
 # their groups' rules only grow with the group and what it writes, so taking the copy
 # out keeps them legal (``docs/strategies.md``, *Movable copies*).
 STRANDING_KINDS = frozenset({"pointwise", "contraction"})
+# A job whose region holds more ops than this is searched without looking for an
+# equal structure: its key would cost a tuple per op of the region, kept per job, and
+# such regions (every branch of a 600-way concat reaches all the others) do not
+# repeat. On the corpus and the ladder no region passes 58 ops.
+SHARED_REGION_OPS = 512
 
 #: Why an enumeration stopped short (``Candidates.stopped``), as the report words it.
 STOPPED_BY = {
@@ -307,6 +312,7 @@ class _Search:
         self.found: list[int] = []  # the running job's candidates (positions in ``masks``)
         self.leaders: dict[tuple, _Job] = {}  # structure -> the job that searches it for all of its jobs
         self.replayed = 0  # jobs whose candidates were mapped from an equal structure's
+        self.unshared = 0  # jobs of a region past SHARED_REGION_OPS, each its own structure
 
     def viable(self, hull: int) -> bool:
         """Whether the convex hull ``hull`` breaks no hereditary rule (memoised)."""
@@ -687,7 +693,9 @@ class _Search:
         members stays in it), and legality and cost by ``Group.signature``, which the
         structure determines for every convex subset of ``H``. The pruning rules
         only skip sets that are not candidates, so they change the work, never the
-        result."""
+        result. A region of more than :data:`SHARED_REGION_OPS` ops gets a key of its
+        own instead, equal to no other: the job searches for itself, which changes
+        the work, never the result."""
         g = self.graph
         seed = job.seed[0]
         reach = self.reach(job)
@@ -698,6 +706,9 @@ class _Search:
                 if not self.final[t] & ~held:
                     hull |= 1 << t
         region = bits(hull)
+        if len(region) > SHARED_REGION_OPS:
+            self.unshared += 1
+            return (job.kind, "unshared", self.unshared), region
         position = {i: k for k, i in enumerate(region)}
         seeds, reached = set(bits(seed)), set(bits(reach))  # sets: shifting a graph-wide bitset per op costs
         outside: dict[str, int] = {}
@@ -797,16 +808,24 @@ class _Search:
         above, the members known to be written) for groups of ``job.kind`` around
         ``job.anchor`` (an op index, or an attention :class:`Pair`). Stops with
         :class:`_AnchorFull` before a state past the anchor's share, leaving the job
-        resumable."""
+        resumable. A state's children are made one at a time, from an entry that
+        holds the extension not yet branched on (a seventh field, ``None``): a state
+        of a wide fan-out has hundreds, each of six graph-wide bitsets, and a stack
+        of them all, kept by every anchor waiting to resume, took 6 GB on a
+        600-branch concat."""
         kind, anchor, stack, later = job.kind, job.anchor, job.stack, job.later
-        g, adj = self.graph, self.adj
+        g = self.graph
         while stack:
             if self.work >= self.anchor_budget:
                 raise _AnchorFull
             if self.work >= self.max_work:
                 self.stopped.append("work")
                 raise _Stop
-            mask, ext, closed, below, above, must = stack.pop()
+            entry = stack.pop()
+            if len(entry) == 7:
+                self.branch(job, stack, entry)
+                continue
+            mask, ext, closed, below, above, must = entry
             self.states += 1
             self.work += 1
             if self.states % 2048 == 0 and self.tick is not None:
@@ -826,19 +845,26 @@ class _Search:
             if mask & self.movable_mask and kind in STRANDING_KINDS and not (mask | addable) & self.windows \
                     and self.stranded(mask, mask | addable):
                 continue  # every larger set of the branch holds that copy stranded
-            children = []
-            while ext:
-                low = ext & -ext
-                ext ^= low
-                w = low.bit_length() - 1
-                if not self.viable(self.hull_with(mask, below, above, w)):
-                    continue
-                fresh = self.reachable(job, adj[w] & later & ~closed)
-                children.append((mask | low, ext | fresh, closed | (adj[w] & job.universe),
-                                 below | self.below[w], above | g.ancestors_mask[w], must))
-            # the first child excludes the fewest ops: explore it first, so that large
-            # groups are found early even when a budget cuts the search short
-            stack.extend(reversed(children))
+            if ext:
+                stack.append((mask, ext, closed, below, above, must, None))
+
+    def branch(self, job: _Job, stack: list, entry: tuple) -> None:
+        """Pushes the next child of a state's pending ``entry`` (:meth:`search`), with
+        the entry for the rest beneath it: its children in order of their added op, the
+        first (which excludes the fewest ops) explored first, so that large groups are
+        found early even when a budget cuts the search short."""
+        mask, ext, closed, below, above, must, _ = entry
+        while ext:
+            low = ext & -ext
+            ext ^= low
+            w = low.bit_length() - 1
+            if self.viable(self.hull_with(mask, below, above, w)):
+                if ext:
+                    stack.append((mask, ext, closed, below, above, must, None))
+                fresh = self.reachable(job, self.adj[w] & job.later & ~closed)
+                stack.append((mask | low, ext | fresh, closed | (self.adj[w] & job.universe),
+                              below | self.below[w], above | self.graph.ancestors_mask[w], must))
+                return
 
 
 def enumerate_candidates(graph: Graph, hw: Hardware, max_ops: int, max_work: int = 10**12,

@@ -5,6 +5,7 @@ Follows ``torch/_inductor/scheduler.py`` of PyTorch v2.5 (``Scheduler.fuse_nodes
 ``can_fuse_vertical``, ``can_fusion_increase_peak_memory``, ``score_fusion``,
 ``score_fusion_memory``, ``will_fusion_create_cycle``) and the defaults of
 ``torch/_inductor/config.py`` (``max_fusion_size = 64``,
+``max_fusion_buffer_group_pairwise_attempts = 64``, since v2.8: pytorch#154688,
 ``score_fusion_memory_threshold = 1``, ``aggressive_fusion = False``,
 ``epilogue_fusion = True``, ``epilogue_fusion_first = False``).
 ``docs/baselines.md`` describes the procedure and lists every simplification.
@@ -24,9 +25,11 @@ kernel* (default options: ``max_autotune`` off, so ``mm``, ``addmm``, ``bmm`` an
 before scheduling with the ATen views of its operands and addmm's bias
 (:func:`extern_kernel`); a node holding a reduction is a reduction node.
 
-One round (``fuse_nodes_once``): group the nodes by every buffer they use; within
-each group, every pair (earlier node first) that ``can_fuse`` accepts is a
-candidate. The candidates are sorted by score, highest first: (both or neither
+One round (``fuse_nodes_once``): group the nodes that may fuse (not frozen) by
+every buffer they use; within each group, every pair (earlier node first) of
+nodes at most 64 places apart there
+(``config.max_fusion_buffer_group_pairwise_attempts``) that ``can_fuse``
+accepts is a candidate. The candidates are sorted by score, highest first: (both or neither
 are reductions and they share bytes; bytes shared, ``score_fusion_memory``;
 proximity, minus the distance in the original order; Inductor's first term,
 whether the first node is not a template, is the same for every pair here);
@@ -57,6 +60,9 @@ from .merging import Merging
 VIEW_OPS = frozenset({"transpose", "slice", "broadcast_to"})
 #: ``config.max_fusion_size``: scheduler nodes one fused node may hold.
 MAX_FUSION_SIZE = 64
+#: ``config.max_fusion_buffer_group_pairwise_attempts``: the later nodes of one
+#: buffer's group each node is paired with (``get_possible_fusions``).
+PAIRWISE_ATTEMPTS = 64
 #: ``fuse_nodes`` runs at most this many rounds.
 MAX_ROUNDS = 10
 #: ``can_fusion_increase_peak_memory``: horizontal fusions farther apart are refused.
@@ -131,13 +137,15 @@ class _Scheduler:
         """``get_possible_fusions``: candidate pairs sorted by score, highest first."""
         by_buffer: dict[str, list[int]] = {}
         for gid in self.state.groups():  # sorted by min_order, as Inductor's node list
+            if gid in self.state.frozen:
+                continue  # ``unfusable_node``: an extern kernel takes no place in a buffer's group
             for buf in dict.fromkeys(self.used_buffers(gid)):
                 by_buffer.setdefault(buf, []).append(gid)
         seen: set[tuple[int, int]] = set()
         pairs: list[tuple[int, int]] = []
         for nodes in by_buffer.values():
             for i, a in enumerate(nodes):
-                for b in nodes[i + 1:]:
+                for b in nodes[i + 1:i + 1 + PAIRWISE_ATTEMPTS]:
                     if (a, b) in seen:
                         continue
                     seen.add((a, b))
