@@ -662,10 +662,12 @@ class Ilp(Strategy):
 
         def heuristics() -> None:
             warm.heuristics()
+            enumerating.best = warm.cost  # the incumbent the progress line shows from now on
             if bound >= warm.cost:
                 raise _Proven
 
         enumerating = _Progress(options.progress, hw, kind, start, None, "enumerating")
+        enumerating.bound = bound  # known before any search: the line shows it from the start
         try:
             cands = enumerate_candidates(graph, hw, options.max_ops, max_work=max(1, int(WORK_PER_S * limit)),
                                          max_candidates=MAX_CANDIDATES, tick=lambda found: enumerating.tick(),
