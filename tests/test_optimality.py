@@ -727,3 +727,27 @@ def test_energies_past_the_solvers_64_bits_are_solved_in_their_common_unit():
     plan = partition(g, "ilp", objective="energy")
     assert plan.solver.status == "OPTIMAL" and plan.solver.gap == 0
     assert plan.cost.energy_uj == best
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(small_graphs(max_ops=8))
+def test_the_local_search_keeps_a_legal_partition_and_never_costs_more(graph):
+    """From one group per compute op, the local search's plan still covers every op
+    once, every group is legal at the objective it is priced at (``evaluate``, the
+    judge), the total only went down, and the ilp's optimum is no higher."""
+    from partitioner.strategies.base import assemble
+    from partitioner.strategies.local_search import local_search
+
+    start = [(1 << i, objective(Group(graph, graph.convex_hull(1 << i)), H100, "time"))
+             for i in bits(graph.compute_mask)]
+    plan, moves = local_search(graph, H100, "time", 64, start)
+    covered = 0
+    for mask, _ in plan:
+        assert not covered & mask
+        covered |= mask
+    assert covered == graph.compute_mask
+    judged = evaluate(graph, assemble(graph, [mask for mask, _ in plan], [0] * len(plan)), H100)
+    total = sum(cost for _, cost in plan)
+    assert plan_objective(judged, H100, "time") == total <= sum(cost for _, cost in start)
+    assert (moves == 0) == (total == sum(cost for _, cost in start))
+    assert partition(graph, "ilp").cost.modeled_time_us <= judged.modeled_time_us + 1e-9

@@ -66,6 +66,7 @@ from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .conflicts import Conflicts, Exclusive, exclusive_ops
 from .greedy import greedy_groups
+from .local_search import local_search
 from .inductor import Inductor
 from .tvm import Tvm
 from .xla import Xla, XlaFmha
@@ -691,6 +692,17 @@ class Ilp(Strategy):
             if first.cost < solved.cost:  # the first solve's plan beat the heuristics, unproven
                 solved = replace(first, status="FEASIBLE", budget=solved.budget, stopped=True)
             solved.bound = max(first.bound, solved.bound)
+        moves = 0
+        if not cands.complete and not options.recompute and solved.status != "OPTIMAL" and solved.chosen:
+            # groups no anchor's share reached (a wide sibling set past the op cap) may be
+            # near the plan's own: merge them and move ops between them while that is cheaper
+            plan, moves = local_search(graph, hw, kind, options.max_ops, [(masks[k], costs[k]) for k in solved.chosen])
+            if moves:
+                solved.chosen = list(range(len(masks), len(masks) + len(plan)))
+                masks += [mask for mask, _ in plan]
+                costs += [cost for _, cost in plan]
+                recomputed += [0] * len(plan)
+                solved.cost, solved.status = sum(costs[k] for k in solved.chosen), "FEASIBLE"
         bound = max(bound, solved.bound) if cands.complete else bound
         exclusive = None
         if bound < solved.cost:  # unproven: the launches and reads of ops that never share a group may prove it
@@ -721,6 +733,7 @@ class Ilp(Strategy):
             "solves": solved.solves,
             "recomputation_scenarios": solved.scenarios,
             "recomputation_scenarios_solved": solved.scenarios_solved,
+            "local_search_moves": moves,
         }
         if exclusive is not None:
             details["bound_exclusive_ops"] = len(exclusive.ops)

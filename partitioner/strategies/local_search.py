@@ -1,0 +1,107 @@
+"""A local search on an unproven ILP plan: merge its groups or move ops between them while that is cheaper.
+
+When a budget stops the candidate enumeration, the ILP's plan is the best exact
+cover of the candidates found (and the heuristics' groups); a group the search did
+not reach is missing from it. Wide sibling sets past the op cap are the common case:
+40 slices of one tensor, each reduced, need two kernels of 32 and 8 siblings, a set
+among 2^40 that no anchor's share of the work reaches. Merging the plan's groups
+and moving single ops between neighbouring ones, the most saving move first, finds
+such sets from the plan itself (100 such slices: 8 kernels and 16.46 us before the
+pass, the optimal 4 and 11.83 us after 7 moves, modelled).
+
+Every merged group is checked as any candidate is (convex, ``legality.is_legal``)
+and priced by ``cost.objective``; the pass only lowers the plan's objective, and
+its work is counted in groups checked, so the result is the same on any machine.
+"""
+
+from __future__ import annotations
+
+from ..cost import objective
+from ..graph import Graph, bits
+from ..group import Group
+from ..hardware import Hardware
+from ..legality import is_legal
+from .candidates import neighbours
+
+#: Groups checked (convexity, legality and cost) before the pass stops: about 0.1 to
+#: 0.5 ms each on the 2-core development machine, so at most a few seconds.
+MAX_CHECKS = 5_000
+
+
+def local_search(graph: Graph, hw: Hardware, kind: str, max_ops: int,
+               plan: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
+    """``plan`` (groups as (compute-op bitset, integer objective of ``kind``)) after
+    local moves, while one lowers the objective: merging two neighbouring groups (a
+    producer and its consumer, or two readers of one storage), or moving one op into
+    a group holding a neighbour of it, where every group left is convex and legal;
+    the move saving most first (the earliest on a tie). At most :data:`MAX_CHECKS`
+    groups are checked. Returns the plan and the number of moves made."""
+    adj = neighbours(graph)
+    priced: dict[int, int | None] = {0: 0}  # the empty group a move may leave costs nothing
+
+    def price(mask: int) -> int | None:
+        if mask not in priced:
+            if len(priced) > MAX_CHECKS:
+                raise _Spent
+            priced[mask] = _price(graph, hw, kind, max_ops, mask)
+        return priced[mask]
+
+    moves = 0
+    try:
+        while True:
+            best = _best_move(adj, plan, price)
+            if best is None:
+                break
+            _, a, b, new_a, new_b = best
+            plan = [plan[k] for k in range(len(plan)) if k not in (a, b)] + \
+                [(mask, priced[mask]) for mask in (new_a, new_b) if mask]
+            moves += 1
+    except _Spent:
+        pass
+    return plan, moves
+
+
+class _Spent(Exception):
+    """The pass has checked :data:`MAX_CHECKS` groups."""
+
+
+def _best_move(adj: dict[int, int], plan: list[tuple[int, int]], price) -> tuple | None:
+    """(saving, a, b, new group a, new group b) of the most saving merge of groups
+    ``a`` and ``b`` (new group a empty) or move of one op of ``a`` into ``b``."""
+    best = None
+    for a, (mask_a, cost_a) in enumerate(plan):
+        for b, (mask_b, cost_b) in enumerate(plan):
+            if a == b:
+                continue
+            for i in bits(mask_a):
+                if not adj.get(i, 0) & mask_b:
+                    continue
+                moved = 1 << i
+                # the whole of a (a merge, once per pair) or one op of it
+                new_a, new_b = (0, mask_a | mask_b) if moved == mask_a else (mask_a ^ moved, mask_b | moved)
+                new_cost_b = price(new_b)
+                new_cost_a = price(new_a) if new_cost_b is not None else None
+                if new_cost_a is None or new_cost_b is None:
+                    continue
+                saved = cost_a + cost_b - new_cost_a - new_cost_b
+                if saved > 0 and (best is None or saved > best[0]):
+                    best = (saved, a, b, new_a, new_b)
+            if a < b and mask_a & (mask_a - 1) and mask_b & (mask_b - 1) and _touch(adj, mask_a, mask_b):
+                new_cost = price(mask_a | mask_b)
+                if new_cost is not None and cost_a + cost_b - new_cost > (best[0] if best else 0):
+                    best = (cost_a + cost_b - new_cost, a, b, 0, mask_a | mask_b)
+    return best
+
+
+def _touch(adj: dict[int, int], mask_a: int, mask_b: int) -> bool:
+    return any(adj.get(i, 0) & mask_b for i in bits(mask_a))
+
+
+def _price(graph: Graph, hw: Hardware, kind: str, max_ops: int, mask: int) -> int | None:
+    """The objective of the group of compute ops ``mask``, or ``None`` where it is not
+    convex or not legal."""
+    hull = graph.convex_hull(mask)
+    if (hull ^ mask) & graph.compute_mask:
+        return None
+    group = Group(graph, hull)
+    return objective(group, hw, kind) if is_legal(group, hw, max_ops) else None
