@@ -733,14 +733,17 @@ def test_energies_past_the_solvers_64_bits_are_solved_in_their_common_unit():
 @given(small_graphs(max_ops=8))
 def test_the_local_search_keeps_a_legal_partition_and_never_costs_more(graph):
     """From one group per compute op, the local search's plan still covers every op
-    once, every group is legal at the objective it is priced at (``evaluate``, the
-    judge), the total only went down, and the ilp's optimum is no higher."""
+    once, every group is legal at the objective it is priced at and no groups depend
+    on each other in a cycle (``evaluate``, the judge, checks both), the total only
+    went down, and the ilp's optimum is no higher."""
     from partitioner.strategies.base import assemble
+    from partitioner.strategies.ilp import _find_cycle
     from partitioner.strategies.local_search import local_search
 
     start = [(1 << i, objective(Group(graph, graph.convex_hull(1 << i)), H100, "time"))
              for i in bits(graph.compute_mask)]
-    plan, moves = local_search(graph, H100, "time", 64, start)
+    plan, moves = local_search(graph, H100, "time", 64, start,
+                               lambda computes: _find_cycle(graph, computes, [0] * len(computes)) is not None)
     covered = 0
     for mask, _ in plan:
         assert not covered & mask
@@ -751,3 +754,26 @@ def test_the_local_search_keeps_a_legal_partition_and_never_costs_more(graph):
     assert plan_objective(judged, H100, "time") == total <= sum(cost for _, cost in start)
     assert (moves == 0) == (total == sum(cost for _, cost in start))
     assert partition(graph, "ilp").cost.modeled_time_us <= judged.modeled_time_us + 1e-9
+
+
+def test_the_local_search_makes_no_move_the_cycle_check_refuses():
+    """Convex groups can still depend on each other in a cycle through a third, so
+    each move is checked on the whole plan: a refused move is not made, and the
+    search goes on with the next best (here {e2, e3}, then e1 joins it)."""
+    from partitioner.strategies.local_search import local_search
+
+    graph = make_graph({"x": [1024, 1024]}, [op("e1", "exp", ["x"]), op("e2", "neg", ["e1"]),
+                                             op("e3", "exp", ["e2"])], ["e3"])
+    start = [(1 << i, objective(Group(graph, graph.convex_hull(1 << i)), H100, "time"))
+             for i in bits(graph.compute_mask)]
+    refused = graph.mask(["e1", "e2"])
+    seen = []
+
+    def cyclic(computes):
+        seen.append(computes)
+        return refused in computes
+
+    plan, moves = local_search(graph, H100, "time", 64, start, cyclic)
+    assert [mask for mask, _ in plan] == [graph.compute_mask] and moves == 2
+    assert any(refused in computes for computes in seen)
+    assert local_search(graph, H100, "time", 64, start, lambda computes: False)[0] == plan

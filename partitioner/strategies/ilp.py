@@ -66,8 +66,8 @@ from .base import Options, Progress, Strategy, assemble
 from .candidates import STOPPED_BY, enumerate_candidates
 from .conflicts import Conflicts, Exclusive, exclusive_ops
 from .greedy import greedy_groups
-from .local_search import local_search
 from .inductor import Inductor
+from .local_search import local_search
 from .tvm import Tvm
 from .xla import Xla, XlaFmha
 
@@ -696,7 +696,8 @@ class Ilp(Strategy):
         if not cands.complete and not options.recompute and solved.status != "OPTIMAL" and solved.chosen:
             # groups no anchor's share reached (a wide sibling set past the op cap) may be
             # near the plan's own: merge them and move ops between them while that is cheaper
-            plan, moves = local_search(graph, hw, kind, options.max_ops, [(masks[k], costs[k]) for k in solved.chosen])
+            plan, moves = local_search(graph, hw, kind, options.max_ops, [(masks[k], costs[k]) for k in solved.chosen],
+                                       lambda computes: _find_cycle(graph, computes, [0] * len(computes)) is not None)
             if moves:
                 solved.chosen = list(range(len(masks), len(masks) + len(plan)))
                 masks += [mask for mask, _ in plan]

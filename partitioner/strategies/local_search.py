@@ -16,6 +16,8 @@ its work is counted in groups checked, so the result is the same on any machine.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ..cost import objective
 from ..graph import Graph, bits
 from ..group import Group
@@ -28,15 +30,18 @@ from .candidates import neighbours
 MAX_CHECKS = 5_000
 
 
-def local_search(graph: Graph, hw: Hardware, kind: str, max_ops: int,
-               plan: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
+def local_search(graph: Graph, hw: Hardware, kind: str, max_ops: int, plan: list[tuple[int, int]],
+                 cyclic: Callable[[list[int]], bool]) -> tuple[list[tuple[int, int]], int]:
     """``plan`` (groups as (compute-op bitset, integer objective of ``kind``)) after
     local moves, while one lowers the objective: merging two neighbouring groups (a
     producer and its consumer, or two readers of one storage), or moving one op into
-    a group holding a neighbour of it, where every group left is convex and legal;
-    the move saving most first (the earliest on a tie). At most :data:`MAX_CHECKS`
-    groups are checked. Returns the plan and the number of moves made."""
+    a group holding a neighbour of it, where every group left is convex and legal
+    and the groups depend on each other in no cycle (``cyclic`` of their bitsets:
+    convex groups can still form one, through a third); the move saving most first
+    (the earliest on a tie). At most :data:`MAX_CHECKS` groups are checked. Returns
+    the plan and the number of moves made."""
     adj = neighbours(graph)
+    refused: set[tuple[int, int]] = set()  # moves that close a cycle between groups
     priced: dict[int, int | None] = {0: 0}  # the empty group a move may leave costs nothing
 
     def price(mask: int) -> int | None:
@@ -49,12 +54,16 @@ def local_search(graph: Graph, hw: Hardware, kind: str, max_ops: int,
     moves = 0
     try:
         while True:
-            best = _best_move(adj, plan, price)
+            best = _best_move(adj, plan, price, refused)
             if best is None:
                 break
             _, a, b, new_a, new_b = best
-            plan = [plan[k] for k in range(len(plan)) if k not in (a, b)] + \
+            moved = [plan[k] for k in range(len(plan)) if k not in (a, b)] + \
                 [(mask, priced[mask]) for mask in (new_a, new_b) if mask]
+            if cyclic([mask for mask, _ in moved]):
+                refused.add((new_a, new_b))
+                continue
+            plan = moved
             moves += 1
     except _Spent:
         pass
@@ -65,9 +74,11 @@ class _Spent(Exception):
     """The pass has checked :data:`MAX_CHECKS` groups."""
 
 
-def _best_move(adj: dict[int, int], plan: list[tuple[int, int]], price) -> tuple | None:
+def _best_move(adj: dict[int, int], plan: list[tuple[int, int]], price: Callable[[int], int | None],
+               refused: set[tuple[int, int]]) -> tuple | None:
     """(saving, a, b, new group a, new group b) of the most saving merge of groups
-    ``a`` and ``b`` (new group a empty) or move of one op of ``a`` into ``b``."""
+    ``a`` and ``b`` (new group a empty) or move of one op of ``a`` into ``b``, but
+    for the ``refused`` (new group a, new group b)."""
     best = None
     for a, (mask_a, cost_a) in enumerate(plan):
         for b, (mask_b, cost_b) in enumerate(plan):
@@ -84,11 +95,12 @@ def _best_move(adj: dict[int, int], plan: list[tuple[int, int]], price) -> tuple
                 if new_cost_a is None or new_cost_b is None:
                     continue
                 saved = cost_a + cost_b - new_cost_a - new_cost_b
-                if saved > 0 and (best is None or saved > best[0]):
+                if saved > 0 and (best is None or saved > best[0]) and (new_a, new_b) not in refused:
                     best = (saved, a, b, new_a, new_b)
             if a < b and mask_a & (mask_a - 1) and mask_b & (mask_b - 1) and _touch(adj, mask_a, mask_b):
                 new_cost = price(mask_a | mask_b)
-                if new_cost is not None and cost_a + cost_b - new_cost > (best[0] if best else 0):
+                if new_cost is not None and cost_a + cost_b - new_cost > (best[0] if best else 0) \
+                        and (0, mask_a | mask_b) not in refused:
                     best = (cost_a + cost_b - new_cost, a, b, 0, mask_a | mask_b)
     return best
 
