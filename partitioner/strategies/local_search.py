@@ -82,31 +82,19 @@ def _best_move(adj: dict[int, int], plan: list[tuple[int, int]], price: Callable
     best = None
     for a, (mask_a, cost_a) in enumerate(plan):
         for b, (mask_b, cost_b) in enumerate(plan):
-            if a == b:
-                continue
-            for i in bits(mask_a):
-                if not adj.get(i, 0) & mask_b:
-                    continue
-                moved = 1 << i
-                # the whole of a (a merge, once per pair) or one op of it
-                new_a, new_b = (0, mask_a | mask_b) if moved == mask_a else (mask_a ^ moved, mask_b | moved)
+            near = [i for i in bits(mask_a) if adj.get(i, 0) & mask_b] if a != b else []
+            changes = [(0, mask_a | mask_b)] if near and a < b else []  # the merge, once per pair
+            if mask_a & (mask_a - 1):  # a group of one op moves whole: the merge
+                changes += [(mask_a ^ 1 << i, mask_b | 1 << i) for i in near]
+            for new_a, new_b in changes:
                 new_cost_b = price(new_b)
                 new_cost_a = price(new_a) if new_cost_b is not None else None
-                if new_cost_a is None or new_cost_b is None:
+                if new_cost_a is None or new_cost_b is None or (new_a, new_b) in refused:
                     continue
                 saved = cost_a + cost_b - new_cost_a - new_cost_b
-                if saved > 0 and (best is None or saved > best[0]) and (new_a, new_b) not in refused:
+                if saved > 0 and (best is None or saved > best[0]):
                     best = (saved, a, b, new_a, new_b)
-            if a < b and mask_a & (mask_a - 1) and mask_b & (mask_b - 1) and _touch(adj, mask_a, mask_b):
-                new_cost = price(mask_a | mask_b)
-                if new_cost is not None and cost_a + cost_b - new_cost > (best[0] if best else 0) \
-                        and (0, mask_a | mask_b) not in refused:
-                    best = (cost_a + cost_b - new_cost, a, b, 0, mask_a | mask_b)
     return best
-
-
-def _touch(adj: dict[int, int], mask_a: int, mask_b: int) -> bool:
-    return any(adj.get(i, 0) & mask_b for i in bits(mask_a))
 
 
 def _price(graph: Graph, hw: Hardware, kind: str, max_ops: int, mask: int) -> int | None:
